@@ -1,0 +1,318 @@
+// The caching device allocator, in the manner of PyTorch's CUDACachingAllocator:
+// - sizes round up to 512 bytes; requests <= 1 MiB come from 2 MiB segments ("small pool"),
+//   larger ones from 20 MiB segments (or their own, rounded to 2 MiB, above 10 MiB);
+// - a free block is split to fit and merged with free neighbours when released;
+// - free blocks are kept per stream: a block freed on stream S is handed again to work on S
+//   with no CUDA call and no event, because S runs in order;
+// - record_stream() adds streams that also use a block: at release an event is recorded on
+//   each, and the block returns to the pool only once they have all completed;
+// - on cudaMalloc failure: free every cached unused segment, retry once, then throw.
+module;
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/check.hpp"
+module brrr.backend;
+import brrr.tensor;
+
+namespace brrr::backend {
+
+namespace {
+
+constexpr std::size_t min_block = 512;
+constexpr std::size_t small_size = 1 << 20;          // requests up to 1 MiB use the small pool
+constexpr std::size_t small_segment = 2 << 20;       // 2 MiB
+constexpr std::size_t large_segment = 20 << 20;      // 20 MiB
+constexpr std::size_t min_large_alloc = 10 << 20;    // above: a segment of its own
+constexpr std::size_t round_large = 2 << 20;
+
+struct Block {
+  cudaStream_t stream;
+  std::size_t size;
+  char* ptr;
+  bool small;
+  bool allocated = false;
+  int pending_events = 0;
+  Block* prev = nullptr;  // neighbours inside the same segment
+  Block* next = nullptr;
+  std::vector<cudaStream_t> other_streams;  // from record_stream
+};
+
+struct BlockOrder {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->ptr < b->ptr;
+  }
+};
+
+std::string mib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+class DeviceAllocator {
+public:
+  explicit DeviceAllocator(int device) : device_(device) {}
+
+  void* allocate(std::size_t nbytes, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    std::size_t size = std::max(min_block, (nbytes + min_block - 1) / min_block * min_block);
+    bool small = size <= small_size;
+    auto& pool = small ? small_pool_ : large_pool_;
+    process_events();
+    Block* block = find_free(pool, stream, size);
+    if (!block) block = new_segment(size, small, stream, nbytes);
+    block = split(block, size, pool);
+    block->allocated = true;
+    active_[block->ptr] = block;
+    stats_.allocated_bytes += block->size;
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    ++stats_.num_allocs;
+    return block->ptr;
+  }
+
+  void free(void* ptr) {
+    std::lock_guard lock(mutex_);
+    auto it = active_.find(ptr);
+    if (it == active_.end()) return;  // not ours: nothing sensible to do in a destructor
+    Block* block = it->second;
+    active_.erase(it);
+    block->allocated = false;
+    stats_.allocated_bytes -= block->size;
+    if (!block->other_streams.empty()) {
+      DeviceGuard g(device_);
+      for (cudaStream_t s : block->other_streams) {
+        cudaEvent_t e = take_event();
+        if (cudaEventRecord(e, s) != cudaSuccess) {  // cannot throw from a destructor path
+          cudaGetLastError();
+          continue;
+        }
+        ++block->pending_events;
+        pending_.emplace_back(e, block);
+      }
+      block->other_streams.clear();
+      if (block->pending_events > 0) return;
+    }
+    release(block);
+  }
+
+  void record_stream(void* ptr, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    auto it = active_.find(ptr);
+    if (it == active_.end())
+      throw Error(ErrorKind::value, "record_stream: the tensor's memory does not come from brrr's CUDA allocator");
+    Block* b = it->second;
+    if (stream == b->stream) return;
+    if (std::find(b->other_streams.begin(), b->other_streams.end(), stream) == b->other_streams.end())
+      b->other_streams.push_back(stream);
+  }
+
+  std::size_t empty_cache() {
+    std::lock_guard lock(mutex_);
+    process_events();
+    return release_cached();
+  }
+
+  bool has_cached_segments() {
+    std::lock_guard lock(mutex_);
+    for (auto* pool : {&small_pool_, &large_pool_})
+      for (Block* b : *pool)
+        if (!b->prev && !b->next) return true;
+    return false;
+  }
+
+  MemoryStats stats() {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  }
+
+private:
+  Block* find_free(std::set<Block*, BlockOrder>& pool, cudaStream_t stream, std::size_t size) {
+    Block key{stream, size, nullptr, false};
+    auto it = pool.lower_bound(&key);
+    if (it == pool.end() || (*it)->stream != stream) return nullptr;
+    // Do not carve a small request out of a big oversize block: it would pin the segment.
+    if (!(*it)->small && (*it)->size >= min_large_alloc && (*it)->size > 2 * size + round_large) return nullptr;
+    Block* b = *it;
+    pool.erase(it);
+    return b;
+  }
+
+  Block* new_segment(std::size_t size, bool small, cudaStream_t stream, std::size_t asked) {
+    std::size_t seg = small ? small_segment
+                            : (size < min_large_alloc ? large_segment : (size + round_large - 1) / round_large * round_large);
+    DeviceGuard g(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, seg);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      ++stats_.num_ooms;
+      process_events();
+      release_cached();
+      err = cudaMalloc(&p, seg);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        std::size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        throw Error(ErrorKind::out_of_memory,
+                    "CUDA out of memory on cuda:" + std::to_string(device_) + ": tried to allocate " + mib(asked) +
+                        " (a segment of " + mib(seg) + "); brrr holds " + mib(stats_.allocated_bytes) +
+                        " in tensors and " + mib(stats_.reserved_bytes) + " reserved; the device has " + mib(free_b) +
+                        " free of " + mib(total_b) + " (" + cudaGetErrorString(err) + ")");
+      }
+    }
+    ++stats_.num_cuda_malloc;
+    stats_.reserved_bytes += seg;
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    return new Block{stream, seg, static_cast<char*>(p), small};
+  }
+
+  // Cuts `size` bytes off the front of `block`; the rest goes back to `pool`.
+  Block* split(Block* block, std::size_t size, std::set<Block*, BlockOrder>& pool) {
+    std::size_t rest = block->size - size;
+    bool worth = block->small ? rest >= min_block : rest > small_size;
+    if (!worth) return block;
+    Block* tail = new Block{block->stream, rest, block->ptr + size, block->small};
+    tail->prev = block;
+    tail->next = block->next;
+    if (block->next) block->next->prev = tail;
+    block->next = tail;
+    block->size = size;
+    pool.insert(tail);
+    return block;
+  }
+
+  // Returns a free block to its pool, merged with free neighbours.
+  void release(Block* block) {
+    auto& pool = block->small ? small_pool_ : large_pool_;
+    for (Block* n : {block->prev, block->next}) {
+      if (!n || n->allocated || n->pending_events > 0) continue;
+      pool.erase(n);
+      if (n == block->prev) {
+        block->ptr = n->ptr;
+        block->prev = n->prev;
+        if (block->prev) block->prev->next = block;
+      } else {
+        block->next = n->next;
+        if (block->next) block->next->prev = block;
+      }
+      block->size += n->size;
+      delete n;
+    }
+    pool.insert(block);
+  }
+
+  void process_events() {
+    while (!pending_.empty()) {
+      auto [event, block] = pending_.front();
+      cudaError_t q = cudaEventQuery(event);
+      if (q == cudaErrorNotReady) {
+        cudaGetLastError();
+        break;
+      }
+      pending_.pop_front();
+      event_pool_.push_back(event);
+      if (--block->pending_events == 0) release(block);
+    }
+  }
+
+  std::size_t release_cached() {
+    std::size_t freed = 0;
+    DeviceGuard g(device_);
+    for (auto* pool : {&small_pool_, &large_pool_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev || b->next) {
+          ++it;
+          continue;
+        }
+        cudaFree(b->ptr);
+        ++stats_.num_cuda_free;
+        stats_.reserved_bytes -= b->size;
+        freed += b->size;
+        it = pool->erase(it);
+        delete b;
+      }
+    }
+    return freed;
+  }
+
+  cudaEvent_t take_event() {
+    if (!event_pool_.empty()) {
+      cudaEvent_t e = event_pool_.back();
+      event_pool_.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
+  int device_;
+  std::mutex mutex_;
+  std::set<Block*, BlockOrder> small_pool_, large_pool_;
+  std::unordered_map<void*, Block*> active_;
+  std::deque<std::pair<cudaEvent_t, Block*>> pending_;
+  std::vector<cudaEvent_t> event_pool_;
+  MemoryStats stats_;
+};
+
+DeviceAllocator& allocator(int device) {
+  // Never destroyed: tensors released during static destruction still find their allocator.
+  static auto* all = [] {
+    auto* v = new std::vector<DeviceAllocator*>;
+    for (int d = 0; d < device_count(); ++d) v->push_back(new DeviceAllocator(d));
+    return v;
+  }();
+  if (device < 0 || device >= static_cast<int>(all->size()))
+    throw Error(ErrorKind::device, "CUDA allocator: cuda:" + std::to_string(device) + " is not available (" +
+                                       std::to_string(all->size()) + " CUDA device(s))");
+  return *(*all)[static_cast<std::size_t>(device)];
+}
+
+}  // namespace
+
+Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream) {
+  DeviceAllocator& a = allocator(device);
+  if (nbytes == 0) return Storage(std::shared_ptr<void>(), 0, Device::cuda(device));
+  void* p = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle));
+  return Storage(std::shared_ptr<void>(p, [&a](void* q) { a.free(q); }), nbytes, Device::cuda(device));
+}
+
+void record_stream(const Storage& storage, const StreamPtr& stream) {
+  if (!storage.device().is_cuda())
+    throw Error(ErrorKind::device, "record_stream: the tensor is on " + storage.device().str() + ", not a CUDA device");
+  if (storage.device().index() != stream->device)
+    throw Error(ErrorKind::device, "record_stream: the tensor is on " + storage.device().str() +
+                                       " but the stream on cuda:" + std::to_string(stream->device));
+  if (!storage.data()) return;
+  allocator(stream->device).record_stream(storage.data(), static_cast<cudaStream_t>(stream->handle));
+}
+
+MemoryStats memory_stats(int device) { return allocator(device).stats(); }
+void reset_peak_memory_stats(int device) { allocator(device).reset_peak(); }
+
+void empty_cache(int device) {
+  DeviceAllocator& a = allocator(device);
+  // cudaFree waits for the whole device: a host-blocking call, counted when it happens.
+  if (a.has_cached_segments()) note_sync("cuda::empty_cache");
+  a.empty_cache();
+}
+
+}  // namespace brrr::backend

@@ -1,0 +1,139 @@
+// brrr.cuda: the public streams, events, sync accounting and allocator statistics, over
+// the runtime internals in brrr.backend.
+module;
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cuda/check.hpp"
+module brrr.cuda;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr::cuda {
+
+namespace {
+int cuda_index(Device device, const char* op) {
+  if (!device.is_cuda())
+    throw Error(ErrorKind::device, std::string(op) + ": needs a CUDA device, got " + device.str());
+  return device.index();
+}
+}  // namespace
+
+bool is_available() { return backend::device_count() > 0; }
+int device_count() { return backend::device_count(); }
+
+// --- Stream ---
+
+Stream Stream::create(Device device, int priority) {
+  return Stream(backend::create_stream(cuda_index(device, "Stream::create"), priority));
+}
+Device Stream::device() const { return Device::cuda(state_->device); }
+void* Stream::handle() const { return state_->handle; }
+int Stream::priority() const { return state_->priority; }
+std::uint64_t Stream::id() const { return state_->id; }
+
+bool Stream::query() const {
+  backend::DeviceGuard g(state_->device);
+  cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(state_->handle));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  BRRR_CUDA_CHECK(e);
+  return true;
+}
+
+void Stream::synchronize() const { backend::synchronize_stream(*state_, "Stream::synchronize"); }
+
+void Stream::wait(const Event& event) const {
+  if (!event.recorded()) return;  // nothing to wait for, as in PyTorch
+  backend::DeviceGuard g(state_->device);
+  BRRR_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(state_->handle),
+                                      static_cast<cudaEvent_t>(event.handle()), 0));
+}
+
+Stream current_stream(Device device) { return Stream(backend::current_stream(cuda_index(device, "current_stream"))); }
+Stream default_stream(Device device) { return Stream(backend::default_stream(cuda_index(device, "default_stream"))); }
+
+StreamGuard::StreamGuard(const Stream& stream) : previous_(backend::current_stream(stream.state()->device)) {
+  backend::set_current_stream(stream.state());
+}
+StreamGuard::~StreamGuard() { backend::set_current_stream(previous_); }
+
+// --- Event ---
+
+struct Event::Impl {
+  bool timing = true;
+  cudaEvent_t event = nullptr;
+  int device = -1;
+  ~Impl() {
+    if (event) cudaEventDestroy(event);
+  }
+};
+
+Event::Event(bool enable_timing) : impl_(std::make_shared<Impl>()) { impl_->timing = enable_timing; }
+
+void Event::record(const Stream& stream) {
+  int dev = stream.state()->device;
+  backend::DeviceGuard g(dev);
+  if (impl_->event && impl_->device != dev)
+    throw Error(ErrorKind::device, "Event::record: the event belongs to cuda:" + std::to_string(impl_->device) +
+                                       ", the stream to cuda:" + std::to_string(dev));
+  if (!impl_->event) {
+    BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->event, impl_->timing ? cudaEventDefault : cudaEventDisableTiming));
+    impl_->device = dev;
+  }
+  BRRR_CUDA_CHECK(cudaEventRecord(impl_->event, static_cast<cudaStream_t>(stream.handle())));
+}
+
+void Event::record(Device device) { record(current_stream(device)); }
+
+bool Event::query() const {
+  if (!impl_->event) return true;
+  cudaError_t e = cudaEventQuery(impl_->event);
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  BRRR_CUDA_CHECK(e);
+  return true;
+}
+
+void Event::synchronize() const {
+  if (!impl_->event) return;
+  backend::note_sync("Event::synchronize");
+  BRRR_CUDA_CHECK(cudaEventSynchronize(impl_->event));
+}
+
+float Event::elapsed_ms(const Event& start, const Event& end) {
+  if (!start.impl_->event || !end.impl_->event)
+    throw Error(ErrorKind::cuda, "Event::elapsed_ms: both events must have been recorded");
+  if (!start.impl_->timing || !end.impl_->timing)
+    throw Error(ErrorKind::cuda, "Event::elapsed_ms: both events need enable_timing = true");
+  float ms = 0;
+  BRRR_CUDA_CHECK(cudaEventElapsedTime(&ms, start.impl_->event, end.impl_->event));
+  return ms;
+}
+
+bool Event::recorded() const { return impl_->event != nullptr; }
+void* Event::handle() const { return impl_->event; }
+
+// --- synchronisation and memory ---
+
+void synchronize(Device device) { backend::synchronize_device(cuda_index(device, "cuda::synchronize"), "cuda::synchronize"); }
+std::uint64_t sync_count() { return backend::sync_count(); }
+void set_sync_policy(SyncPolicy policy) { backend::set_sync_policy(policy); }
+SyncPolicy sync_policy() { return backend::sync_policy(); }
+
+MemoryStats memory_stats(Device device) { return backend::memory_stats(cuda_index(device, "memory_stats")); }
+void reset_peak_memory_stats(Device device) { backend::reset_peak_memory_stats(cuda_index(device, "reset_peak_memory_stats")); }
+void empty_cache(Device device) { backend::empty_cache(cuda_index(device, "empty_cache")); }
+
+void record_stream(const Tensor& tensor, const Stream& stream) { backend::record_stream(tensor.storage(), stream.state()); }
+
+PinnedStats pinned_memory_stats() { return backend::pinned_stats(); }
+
+}  // namespace brrr::cuda

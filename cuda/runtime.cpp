@@ -1,0 +1,241 @@
+// CUDA runtime internals: status checks, device discovery, streams (default, current per
+// thread, pooled), the sync choke point and copies.
+module;
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <curand.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/check.hpp"
+module brrr.backend;
+import brrr.tensor;
+
+namespace brrr::backend {
+
+// --- status checks ------------------------------------------------------------------------
+
+void check_cuda(int status, const char* call, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  auto err = static_cast<cudaError_t>(status);
+  cudaGetLastError();  // clear the sticky-less error so later calls start clean
+  ErrorKind kind = err == cudaErrorMemoryAllocation ? ErrorKind::out_of_memory : ErrorKind::cuda;
+  throw Error(kind, std::string("CUDA error ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") in " +
+                        call + " at " + file + ":" + std::to_string(line));
+}
+
+void check_cublas(int status, const char* call, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(ErrorKind::cuda, std::string("cuBLAS error ") +
+                                   cublasGetStatusString(static_cast<cublasStatus_t>(status)) + " in " + call +
+                                   " at " + file + ":" + std::to_string(line));
+}
+
+void check_curand(int status, const char* call, const char* file, int line) {
+  if (status == CURAND_STATUS_SUCCESS) return;
+  throw Error(ErrorKind::cuda, "cuRAND error " + std::to_string(status) + " in " + call + " at " + file + ":" +
+                                   std::to_string(line));
+}
+
+// --- devices --------------------------------------------------------------------------------
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    // Any failure (no driver: 35, no device: 100, ...) means "no CUDA device", never a crash.
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+namespace {
+
+void require_device(int device, const char* op) {
+  if (device < 0 || device >= device_count())
+    throw Error(ErrorKind::device, std::string(op) + ": cuda:" + std::to_string(device) + " is not available (" +
+                                       std::to_string(device_count()) + " CUDA device(s))");
+}
+
+// --- streams -------------------------------------------------------------------------------
+
+std::atomic<std::uint64_t> next_stream_id{1};
+
+struct StreamPool {
+  std::mutex mutex;
+  std::vector<std::pair<int, cudaStream_t>> free;  // (priority, handle)
+};
+StreamPool& stream_pool(int device) {
+  static std::vector<std::unique_ptr<StreamPool>> pools = [] {
+    std::vector<std::unique_ptr<StreamPool>> v;
+    for (int d = 0; d < device_count(); ++d) v.push_back(std::make_unique<StreamPool>());
+    return v;
+  }();
+  return *pools[static_cast<std::size_t>(device)];
+}
+
+std::vector<StreamPtr>& thread_current() {
+  thread_local std::vector<StreamPtr> current(static_cast<std::size_t>(device_count()));
+  return current;
+}
+
+}  // namespace
+
+DeviceGuard::DeviceGuard(int device) {
+  int current = 0;
+  BRRR_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) {
+    BRRR_CUDA_CHECK(cudaSetDevice(device));
+    previous_ = current;
+  }
+}
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+StreamPtr default_stream(int device) {
+  require_device(device, "default_stream");
+  static std::vector<StreamPtr> defaults(static_cast<std::size_t>(device_count()));
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  StreamPtr& s = defaults[static_cast<std::size_t>(device)];
+  if (!s) {
+    DeviceGuard g(device);
+    cudaStream_t handle;
+    // Non-blocking: brrr's work never serialises with the legacy default stream (stream 0).
+    BRRR_CUDA_CHECK(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking));
+    s = std::make_shared<StreamState>(StreamState{device, handle, 0, true, next_stream_id++});
+  }
+  return s;
+}
+
+StreamPtr current_stream(int device) {
+  require_device(device, "current_stream");
+  StreamPtr& s = thread_current()[static_cast<std::size_t>(device)];
+  if (!s) s = default_stream(device);
+  return s;
+}
+
+void set_current_stream(StreamPtr stream) {
+  require_device(stream->device, "set_current_stream");
+  thread_current()[static_cast<std::size_t>(stream->device)] = std::move(stream);
+}
+
+std::pair<int, int> stream_priority_range(int device) {
+  require_device(device, "stream_priority_range");
+  DeviceGuard g(device);
+  int least = 0, greatest = 0;
+  BRRR_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return {least, greatest};
+}
+
+StreamPtr create_stream(int device, int priority) {
+  require_device(device, "Stream::create");
+  auto [least, greatest] = stream_priority_range(device);
+  if (priority > least) priority = least;
+  if (priority < greatest) priority = greatest;
+  StreamPool& pool = stream_pool(device);
+  cudaStream_t handle = nullptr;
+  {
+    std::lock_guard lock(pool.mutex);
+    for (auto it = pool.free.begin(); it != pool.free.end(); ++it)
+      if (it->first == priority) {
+        handle = it->second;
+        pool.free.erase(it);
+        break;
+      }
+  }
+  if (!handle) {
+    DeviceGuard g(device);
+    BRRR_CUDA_CHECK(cudaStreamCreateWithPriority(&handle, cudaStreamNonBlocking, priority));
+  }
+  // Streams are recycled, never destroyed: a block cached for a stream stays valid, and
+  // pending work on a dropped stream simply runs before the next user's.
+  return StreamPtr(new StreamState{device, handle, priority, false, next_stream_id++}, [](StreamState* s) {
+    StreamPool& p = stream_pool(s->device);
+    {
+      std::lock_guard lock(p.mutex);
+      p.free.emplace_back(s->priority, static_cast<cudaStream_t>(s->handle));
+    }
+    delete s;
+  });
+}
+
+// --- synchronisation: the one choke point -----------------------------------------------------
+
+namespace {
+std::atomic<std::uint64_t> syncs{0};
+std::atomic<SyncPolicy> policy{SyncPolicy::allow};
+}  // namespace
+
+void note_sync(const char* api) {
+  switch (policy.load()) {
+    case SyncPolicy::allow: break;
+    case SyncPolicy::warn:
+      std::fprintf(stderr, "brrr: host-device synchronisation in %s (sync #%llu)\n", api,
+                   static_cast<unsigned long long>(syncs.load() + 1));
+      break;
+    case SyncPolicy::error:
+      throw Error(ErrorKind::sync, std::string(api) + " would block the host until the device catches up, and the "
+                                                      "sync policy is SyncPolicy::error");
+  }
+  ++syncs;
+}
+
+std::uint64_t sync_count() { return syncs.load(); }
+void set_sync_policy(SyncPolicy p) { policy.store(p); }
+SyncPolicy sync_policy() { return policy.load(); }
+
+void synchronize_stream(const StreamState& stream, const char* api) {
+  note_sync(api);
+  BRRR_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
+}
+
+void synchronize_device(int device, const char* api) {
+  require_device(device, api);
+  note_sync(api);
+  DeviceGuard g(device);
+  BRRR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// --- copies -----------------------------------------------------------------------------------
+
+void memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, const StreamPtr& stream) {
+  cudaMemcpyKind k = cudaMemcpyDefault;
+  switch (kind) {
+    case CopyKind::host_to_device: k = cudaMemcpyHostToDevice; break;
+    case CopyKind::device_to_host: k = cudaMemcpyDeviceToHost; break;
+    case CopyKind::device_to_device: k = cudaMemcpyDefault; break;  // peers too, through UVA
+  }
+  DeviceGuard g(stream->device);
+  BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream->handle)));
+}
+
+void copy_device_to_host(void* dst, const void* src, std::size_t bytes, int device, const char* api) {
+  StreamPtr stream = current_stream(device);
+  note_sync(api);  // before enqueueing: under SyncPolicy::error nothing is left in flight
+  DeviceGuard g(device);
+  auto s = static_cast<cudaStream_t>(stream->handle);
+  BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  BRRR_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int device, const char* api) {
+  StreamPtr stream = current_stream(device);
+  note_sync(api);
+  DeviceGuard g(device);
+  // From pageable memory CUDA waits for the stream, stages the bytes and returns once the
+  // host buffer may be reused: host-blocking, hence counted.
+  BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream->handle)));
+}
+
+}  // namespace brrr::backend

@@ -1,0 +1,145 @@
+// Copies and conversions: clone, to(DType), to(Device), pin_memory, copy_, fill_.
+module;
+#include <cstdint>
+#include <cstring>
+#include <string>
+module brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+namespace {
+
+std::string describe(const Tensor& t) {
+  return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
+}
+
+// Contiguous, same-dtype tensors on both sides: bytes move by one memcpy.
+void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
+  std::size_t bytes = dst.nbytes();
+  if (bytes == 0) return;
+  Device dd = dst.device(), sd = src.device();
+  if (dd.is_cpu() && sd.is_cpu()) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), bytes);
+  } else if (dd.is_cuda() && sd.is_cpu()) {
+    if (src.is_pinned()) {
+      auto stream = backend::current_stream(dd.index());
+      backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::host_to_device, stream);
+      backend::record_pinned_use(src.storage(), stream);
+      // A blocking copy was asked for: wait for it, as PyTorch's non_blocking=false does.
+      if (!non_blocking) backend::synchronize_stream(*stream, "Tensor::copy_ (host to device)");
+    } else {
+      backend::copy_host_to_device(dst.data_ptr(), src.data_ptr(), bytes, dd.index(),
+                                   "Tensor::copy_ from pageable host memory");
+    }
+  } else if (dd.is_cpu() && sd.is_cuda()) {
+    if (dst.is_pinned() && non_blocking) {
+      auto stream = backend::current_stream(sd.index());
+      backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::device_to_host, stream);
+      backend::record_pinned_use(dst.storage(), stream);
+    } else {
+      backend::copy_device_to_host(dst.data_ptr(), src.data_ptr(), bytes, sd.index(),
+                                   "Tensor::copy_ (device to host)");
+    }
+  } else {
+    // device to device (peer copies go through unified addressing)
+    auto stream = backend::current_stream(dd.index());
+    backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::device_to_device, stream);
+  }
+}
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
+  checked("copy_");
+  if (!src_in.defined()) throw Error(ErrorKind::value, "copy_: the source tensor is undefined");
+  Tensor src;
+  try {
+    src = src_in.expand(shape());
+  } catch (const Error&) {
+    throw Error(ErrorKind::shape, "copy_: source " + describe(src_in) + " cannot broadcast to destination " +
+                                      describe(*this));
+  }
+  Device dd = device(), sd = src.device();
+  if (dd == sd) {
+    if (numel() > 0) backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(src, "copy_"));
+  } else if (dd.is_cuda() && sd.is_cuda()) {
+    // Different GPUs: make the bytes contiguous in the destination dtype, then copy peer to peer.
+    Tensor staged = src.to(dtype()).contiguous();
+    if (is_contiguous()) {
+      copy_bytes(*this, staged, options.non_blocking);
+    } else {
+      Tensor tmp = empty(shape(), {.dtype = dtype(), .device = dd});
+      copy_bytes(tmp, staged, options.non_blocking);
+      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+    }
+  } else if (dd.is_cuda()) {
+    // Host to device: convert and compact on the host, where it is cheap, then one transfer.
+    Tensor staged = src.to(dtype()).contiguous();
+    if (is_contiguous()) {
+      copy_bytes(*this, staged, options.non_blocking);
+    } else {
+      Tensor tmp = empty(shape(), {.dtype = dtype(), .device = dd});
+      copy_bytes(tmp, staged, options.non_blocking);
+      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+    }
+  } else {
+    // Device to host: convert and compact on the device, then one transfer of numel elements.
+    Tensor staged = src.to(dtype()).contiguous();
+    if (is_contiguous()) {
+      copy_bytes(*this, staged, options.non_blocking);
+    } else {
+      Tensor tmp = empty(shape(), {.dtype = dtype()});
+      copy_bytes(tmp, staged, false);
+      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+    }
+  }
+  storage().bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  checked("fill_");
+  if (numel() > 0) backend::backend_for(device()).fill(backend::operand(*this, "fill_"), value);
+  storage().bump_version();
+  return *this;
+}
+
+Tensor Tensor::clone() const {
+  const Impl& i = checked("clone");
+  Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device()});
+  if (out.numel() > 0)
+    backend::backend_for(device()).copy(backend::operand(out, "clone"), backend::operand(*this, "clone"));
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  const Impl& i = checked("to");
+  if (i.dtype == dtype) return *this;
+  Tensor out = empty(i.layout.sizes, {.dtype = dtype, .device = device()});
+  if (out.numel() > 0)
+    backend::backend_for(device()).copy(backend::operand(out, "to"), backend::operand(*this, "to"));
+  return out;
+}
+
+Tensor Tensor::to(Device device, CopyOptions options) const {
+  const Impl& i = checked("to");
+  if (device == this->device()) return *this;
+  // Device to host with non_blocking lands in pinned memory so the copy can stay async.
+  bool pinned = device.is_cpu() && options.non_blocking;
+  Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device, .pinned = pinned});
+  out.copy_(*this, options);
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  checked("pin_memory");
+  if (!device().is_cpu())
+    throw Error(ErrorKind::device, "pin_memory: only CPU tensors can be pinned, this one is " + describe(*this));
+  if (is_pinned()) return *this;
+  Tensor out = empty(shape(), {.dtype = dtype(), .pinned = true});
+  out.copy_(*this);
+  return out;
+}
+
+}  // namespace brrr

@@ -1,0 +1,85 @@
+// Factories: empty, zeros, ones, full, arange, eye and the *_like forms. On CUDA each is a
+// kernel on the current stream (no host round trip).
+module;
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+module brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+Tensor empty(Shape shape, TensorOptions options) {
+  std::int64_t numel = checked_numel(shape, "empty");
+  if (options.pinned && !options.device.is_cpu())
+    throw Error(ErrorKind::device, "empty: pinned = true asks for page-locked host memory, but the device is " +
+                                       options.device.str());
+  if (numel > static_cast<std::int64_t>(SIZE_MAX / 16))
+    throw Error(ErrorKind::value, "empty: shape " + to_string(shape) + " is too large");
+  Storage storage = Storage::allocate(static_cast<std::size_t>(numel) * itemsize(options.dtype), options.device,
+                                      options.pinned);
+  Tensor t(std::move(storage), Layout::contiguous(std::move(shape)), options.dtype);
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(Shape shape, double value, TensorOptions options) {
+  bool rg = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = empty(std::move(shape), options);
+  t.fill_(value);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+Tensor zeros(Shape shape, TensorOptions options) { return full(std::move(shape), 0.0, options); }
+Tensor ones(Shape shape, TensorOptions options) { return full(std::move(shape), 1.0, options); }
+
+Tensor arange(std::int64_t end, TensorOptions options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  auto text = [&] {
+    return "arange(" + std::to_string(start) + ", " + std::to_string(end) + ", " + std::to_string(step) + ")";
+  };
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
+    throw Error(ErrorKind::value, text() + ": step must be non-zero and all bounds finite");
+  if ((end - start) * step < 0)
+    throw Error(ErrorKind::value, text() + ": the step points away from end");
+  auto count = static_cast<std::int64_t>(std::ceil((end - start) / step));
+  bool rg = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = empty({count}, options);
+  if (count > 0) backend::backend_for(options.device).arange(backend::operand(t, "arange"), start, step);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+Tensor eye(std::int64_t n, std::int64_t m, TensorOptions options) {
+  if (m < 0) m = n;
+  if (n < 0) throw Error(ErrorKind::value, "eye: n must be >= 0, got " + std::to_string(n));
+  bool rg = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = zeros({n, m}, options);
+  std::int64_t diag = n < m ? n : m;
+  // The diagonal is a strided view with stride m + 1: fill it in place.
+  if (diag > 0) t.as_strided({diag}, {m + 1}, 0).fill_(1.0);
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+namespace {
+TensorOptions like_options(const Tensor& like, const std::optional<TensorOptions>& options) {
+  if (options) return *options;
+  return {.dtype = like.dtype(), .device = like.device()};
+}
+}  // namespace
+
+Tensor empty_like(const Tensor& like, std::optional<TensorOptions> o) { return empty(like.shape(), like_options(like, o)); }
+Tensor zeros_like(const Tensor& like, std::optional<TensorOptions> o) { return zeros(like.shape(), like_options(like, o)); }
+Tensor ones_like(const Tensor& like, std::optional<TensorOptions> o) { return ones(like.shape(), like_options(like, o)); }
+Tensor full_like(const Tensor& like, double value, std::optional<TensorOptions> o) {
+  return full(like.shape(), value, like_options(like, o));
+}
+
+}  // namespace brrr

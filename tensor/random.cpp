@@ -1,0 +1,53 @@
+// Seeded random factories. Both backends draw cuRAND Philox4x32-10 words at the same
+// (seed, offset) and apply the same transform, so CPU and GPU give the same numbers.
+module;
+#include <cstdint>
+#include <string>
+module brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+void manual_seed(std::uint64_t seed) { backend::seed_all(seed); }
+
+namespace {
+Tensor draw(const char* op, Shape shape, TensorOptions options, backend::Distribution dist, std::int64_t low,
+            std::int64_t high) {
+  bool rg = options.requires_grad;
+  options.requires_grad = false;
+  Tensor t = empty(std::move(shape), options);
+  if (t.numel() > 0) {
+    backend::GeneratorState& gen = backend::generator(options.device);
+    backend::backend_for(options.device).random(backend::operand(t, op), dist, gen.seed, gen.offset, low, high);
+    gen.offset += backend::random_words(dist, options.dtype, t.numel());
+  }
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+
+void require_float(const char* op, DType dtype) {
+  if (!is_floating_point(dtype))
+    throw Error(ErrorKind::dtype, std::string(op) + ": needs a floating-point dtype, got " + to_string(dtype));
+}
+}  // namespace
+
+Tensor rand(Shape shape, TensorOptions options) {
+  require_float("rand", options.dtype);
+  return draw("rand", std::move(shape), options, backend::Distribution::uniform, 0, 0);
+}
+
+Tensor randn(Shape shape, TensorOptions options) {
+  require_float("randn", options.dtype);
+  return draw("randn", std::move(shape), options, backend::Distribution::normal, 0, 0);
+}
+
+Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions options) {
+  if (high <= low)
+    throw Error(ErrorKind::value, "randint: high (" + std::to_string(high) + ") must be greater than low (" +
+                                      std::to_string(low) + ")");
+  if (options.dtype == DType::boolean)
+    throw Error(ErrorKind::dtype, "randint: bool is not an integer dtype here; use rand() < p");
+  return draw("randint", std::move(shape), options, backend::Distribution::integer, low, high);
+}
+
+}  // namespace brrr

@@ -1,0 +1,184 @@
+// Tensor: construction over storage, metadata, host read-back (to_host, item).
+module;
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+module brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+namespace {
+std::string describe(const Tensor& t) {
+  return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
+}
+}  // namespace
+
+Tensor::Tensor(Storage storage, Layout layout, DType dtype) {
+  if (!storage.defined()) throw Error(ErrorKind::value, "Tensor: undefined storage");
+  if (layout.sizes.size() != layout.strides.size())
+    throw Error(ErrorKind::shape, "Tensor: sizes " + to_string(layout.sizes) + " and strides " +
+                                      to_string(layout.strides) + " differ in length");
+  std::int64_t numel = checked_numel(layout.sizes, "Tensor");
+  if (numel > 0) {
+    // lowest and highest element reached, in elements from the storage start
+    std::int64_t lo = layout.offset, hi = layout.offset;
+    for (std::size_t i = 0; i < layout.sizes.size(); ++i) {
+      std::int64_t span = (layout.sizes[i] - 1) * layout.strides[i];
+      (span < 0 ? lo : hi) += span;
+    }
+    std::int64_t capacity = static_cast<std::int64_t>(storage.nbytes() / brrr::itemsize(dtype));
+    if (lo < 0 || hi >= capacity)
+      throw Error(ErrorKind::index, "Tensor: layout sizes " + to_string(layout.sizes) + " strides " +
+                                        to_string(layout.strides) + " offset " + std::to_string(layout.offset) +
+                                        " reaches outside a storage of " + std::to_string(capacity) + " " +
+                                        to_string(dtype) + " elements");
+  }
+  impl_ = std::make_shared<Impl>();
+  impl_->storage = std::move(storage);
+  impl_->layout = std::move(layout);
+  impl_->dtype = dtype;
+}
+
+const Tensor::Impl& Tensor::checked(const char* op) const {
+  if (!impl_) throw Error(ErrorKind::value, std::string(op) + ": the tensor is undefined");
+  return *impl_;
+}
+
+const Shape& Tensor::shape() const { return checked("shape").layout.sizes; }
+const Shape& Tensor::strides() const { return checked("strides").layout.strides; }
+std::int64_t Tensor::storage_offset() const { return checked("storage_offset").layout.offset; }
+const Layout& Tensor::layout() const { return checked("layout").layout; }
+DType Tensor::dtype() const { return checked("dtype").dtype; }
+Device Tensor::device() const { return checked("device").storage.device(); }
+std::int64_t Tensor::numel() const { return checked("numel").layout.numel(); }
+std::int64_t Tensor::dim() const { return checked("dim").layout.dim(); }
+bool Tensor::is_contiguous() const { return checked("is_contiguous").layout.is_contiguous(); }
+const Storage& Tensor::storage() const { return checked("storage").storage; }
+bool Tensor::is_pinned() const { return checked("is_pinned").storage.pinned(); }
+
+void* Tensor::data_ptr() const {
+  const Impl& i = checked("data_ptr");
+  return static_cast<char*>(i.storage.data()) + i.layout.offset * static_cast<std::int64_t>(brrr::itemsize(i.dtype));
+}
+
+std::int64_t Tensor::size(std::int64_t d) const {
+  std::int64_t n = dim();
+  if (d < -n || d >= n)
+    throw Error(ErrorKind::index, "size: dim " + std::to_string(d) + " out of range for a " +
+                                      std::to_string(n) + "-d tensor of shape " + to_string(shape()));
+  return shape()[static_cast<std::size_t>(d < 0 ? d + n : d)];
+}
+
+std::int64_t Tensor::stride(std::int64_t d) const {
+  std::int64_t n = dim();
+  if (d < -n || d >= n)
+    throw Error(ErrorKind::index, "stride: dim " + std::to_string(d) + " out of range for a " +
+                                      std::to_string(n) + "-d tensor of shape " + to_string(shape()));
+  return strides()[static_cast<std::size_t>(d < 0 ? d + n : d)];
+}
+
+// --- from_vector ---
+
+namespace {
+template <class T>
+Tensor from_values(const T* values, std::size_t count, Shape shape, bool default_shape,
+                   DType dtype = dtype_of<T>::value) {
+  if (default_shape) shape = {static_cast<std::int64_t>(count)};
+  std::int64_t numel = checked_numel(shape, "from_vector");
+  if (static_cast<std::size_t>(numel) != count)
+    throw Error(ErrorKind::shape, "from_vector: " + std::to_string(count) + " values cannot have shape " +
+                                      to_string(shape) + " (" + std::to_string(numel) + " elements)");
+  Storage storage = Storage::allocate(count * sizeof(T), Device::cpu());
+  if (count) std::memcpy(storage.data(), values, count * sizeof(T));
+  return Tensor(std::move(storage), Layout::contiguous(std::move(shape)), dtype);
+}
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
+Tensor Tensor::from_vector(const std::vector<double>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
+Tensor Tensor::from_vector(const std::vector<bfloat16>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
+Tensor Tensor::from_vector(const std::vector<half>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
+Tensor Tensor::from_vector(const std::vector<std::int32_t>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
+Tensor Tensor::from_vector(const std::vector<std::int64_t>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
+Tensor Tensor::from_vector(const std::vector<bool>& v, Shape s) {
+  std::vector<std::uint8_t> bytes(v.begin(), v.end());
+  bool d = s.empty();
+  if (d) s = {static_cast<std::int64_t>(v.size())};
+  return from_values(bytes.data(), bytes.size(), std::move(s), false, DType::boolean);
+}
+
+// --- read back ---
+
+template <class T> std::vector<T> Tensor::to_host() const {
+  const Impl& i = checked("to_host");
+  if (i.dtype != dtype_of<T>::value)
+    throw Error(ErrorKind::dtype, std::string("to_host<") + to_string(dtype_of<T>::value) +
+                                      ">: the tensor is " + describe(*this) + "; convert with to(DType::" +
+                                      to_string(i.dtype) + ") or call to_host<" + to_string(i.dtype) + ">");
+  // Contiguous on its own device first, so that exactly numel elements cross the bus.
+  Tensor c = contiguous();
+  std::size_t n = static_cast<std::size_t>(c.numel());
+  using Elem = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
+  std::vector<Elem> out(n);
+  if (n) {
+    if (c.device().is_cpu())
+      std::memcpy(out.data(), c.data_ptr(), n * sizeof(Elem));
+    else
+      backend::copy_device_to_host(out.data(), c.data_ptr(), n * sizeof(Elem), c.device().index(),
+                                   "Tensor::to_host");
+  }
+  if constexpr (std::is_same_v<T, bool>)
+    return std::vector<bool>(out.begin(), out.end());
+  else
+    return out;
+}
+
+template <class T> T Tensor::item() const {
+  const Impl& i = checked("item");
+  if (i.layout.numel() != 1)
+    throw Error(ErrorKind::shape, "item: needs exactly one element, the tensor is " + describe(*this) +
+                                      " (" + std::to_string(i.layout.numel()) + " elements)");
+  if (i.dtype != dtype_of<T>::value)
+    throw Error(ErrorKind::dtype, std::string("item<") + to_string(dtype_of<T>::value) +
+                                      ">: the tensor is " + describe(*this));
+  using Elem = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
+  Elem value{};
+  if (device().is_cpu())
+    std::memcpy(&value, data_ptr(), sizeof(Elem));
+  else
+    backend::copy_device_to_host(&value, data_ptr(), sizeof(Elem), device().index(), "Tensor::item");
+  return static_cast<T>(value);
+}
+
+template std::vector<float> Tensor::to_host<float>() const;
+template std::vector<double> Tensor::to_host<double>() const;
+template std::vector<bfloat16> Tensor::to_host<bfloat16>() const;
+template std::vector<half> Tensor::to_host<half>() const;
+template std::vector<std::int32_t> Tensor::to_host<std::int32_t>() const;
+template std::vector<std::int64_t> Tensor::to_host<std::int64_t>() const;
+template std::vector<bool> Tensor::to_host<bool>() const;
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template bfloat16 Tensor::item<bfloat16>() const;
+template half Tensor::item<half>() const;
+template std::int32_t Tensor::item<std::int32_t>() const;
+template std::int64_t Tensor::item<std::int64_t>() const;
+template bool Tensor::item<bool>() const;
+
+// --- autograd flags ---
+
+bool Tensor::requires_grad() const { return checked("requires_grad").requires_grad; }
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  Impl& i = const_cast<Impl&>(checked("requires_grad_"));
+  if (requires_grad && !is_floating_point(i.dtype))
+    throw Error(ErrorKind::dtype, std::string("requires_grad_: only floating-point tensors can require "
+                                              "gradients, this one is ") + describe(*this));
+  i.requires_grad = requires_grad;
+  return *this;
+}
+
+}  // namespace brrr
