@@ -2,9 +2,12 @@
 // ops/cuda) and the CUDA runtime internals (raw streams, caching allocators, the one sync
 // choke point, generator state). Not re-exported by `brrr`; users write brrr.cuda instead.
 module;
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 export module brrr.backend;
@@ -32,6 +35,32 @@ Operand operand(const Tensor& t, const char* op);
 /// What a random fill draws.
 enum class Distribution : std::uint8_t { uniform, normal, integer };
 
+/// Elementwise functions of one operand. p0/p1 parameterise clamp (min, max; -inf/+inf when
+/// absent, NaN stays NaN).
+enum class UnaryOp : std::uint8_t {
+  neg, abs, exp, log, log1p, sqrt, rsqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, sin, cos, erf, sign, clamp
+};
+/// Elementwise functions of two operands. eq..ge write bool.
+enum class BinaryOp : std::uint8_t { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+/// Reductions; max/min optionally with the index along a single reduced dim.
+enum class ReduceOp : std::uint8_t { sum, max, min };
+
+/// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],
+/// B [batch, k, n], C [batch, m, n] contiguous. In A and B one of the row/col strides is 1
+/// (the op layer copies otherwise); batch strides may be 0 (broadcast). All in elements.
+struct GemmArgs {
+  DType dtype = DType::f32;
+  int device = -1;
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  std::int64_t a_batch_stride = 0, a_row_stride = 0, a_col_stride = 0;
+  const void* b = nullptr;
+  std::int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
+  void* c = nullptr;
+  double alpha = 1, beta = 0;
+  bool allow_tf32 = false;
+};
+
 /// The contract. Every backend implements all of it (pure virtual: a missing kernel is a
 /// build error). CUDA implementations enqueue on the current stream of the operands' device
 /// and return at once; CPU ones run before returning.
@@ -47,6 +76,24 @@ public:
   /// out (contiguous) from Philox words at (seed, offset); `low`/`high` bound integers.
   virtual void random(const Operand& out, Distribution dist, std::uint64_t seed,
                       std::uint64_t offset, std::int64_t low, std::int64_t high) = 0;
+  /// out[i] = f(in[i]); same shape and dtype.
+  virtual void unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) = 0;
+  /// out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one
+  /// dtype; out has that dtype (bool for comparisons).
+  virtual void binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) = 0;
+  /// out[i] = f(a[i], s) (or f(s, a[i]) when scalar_first); s converted to a's dtype.
+  virtual void binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) = 0;
+  /// out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's shape, a/b of out's dtype.
+  virtual void where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) = 0;
+  /// Reduces `in` over the dims set in `dims_mask` into `out` (same ndim, size 1 on reduced
+  /// dims). sum: out dtype = in's for floats (accumulating bf16/f16 in f32, f32 in f32, f64
+  /// in f64), i64 for integers and bool. max/min: out dtype = in's; when `indices` is given
+  /// (i64, out's shape) exactly one dim is reduced and the first index of the extreme is
+  /// written. NaN propagates through max/min.
+  virtual void reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
+                      const Operand* indices) = 0;
+  /// Batched matrix product (see GemmArgs).
+  virtual void gemm(const GemmArgs& args) = 0;
 };
 
 /// The backend of `device`'s type.
@@ -170,5 +217,194 @@ void copy_device_to_host(void* dst, const void* src, std::size_t bytes, int devi
 /// A counted, host-blocking copy from pageable host memory to `device` (CUDA stages it and
 /// returns only when the host buffer may be reused).
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int device, const char* api);
+
+}  // namespace brrr::backend
+
+// Not exported: helpers shared by the CPU kernels of every op family.
+namespace brrr::backend::cpu {
+
+// bool tensors hold one byte, 0 or 1.
+template <class T> using storage_t = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
+
+template <class F> void dispatch(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(static_cast<float*>(nullptr));
+    case DType::f64: return f(static_cast<double*>(nullptr));
+    case DType::bf16: return f(static_cast<bfloat16*>(nullptr));
+    case DType::f16: return f(static_cast<half*>(nullptr));
+    case DType::i32: return f(static_cast<std::int32_t*>(nullptr));
+    case DType::i64: return f(static_cast<std::int64_t*>(nullptr));
+    case DType::boolean: return f(static_cast<bool*>(nullptr));
+  }
+}
+
+// Widest value of each type: double for floats, int64 for integers.
+template <class T> auto widen(storage_t<T> v) {
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>) return static_cast<double>(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>) return static_cast<std::int64_t>(v != 0);
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<double>(v);
+  else return static_cast<std::int64_t>(v);
+}
+
+// float -> integer: truncate toward zero, NaN -> 0, saturate at the type's range (defined
+// where C++ leaves it undefined; CUDA's cvt.rzi.sat does the same).
+template <class I> I float_to_int(double v) {
+  if (std::isnan(v)) return 0;
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
+  if (v <= lo) return std::numeric_limits<I>::min();
+  if (v >= hi) return std::numeric_limits<I>::max();
+  return static_cast<I>(v);
+}
+
+template <class T, class W> storage_t<T> narrow_to(W v) {
+  if constexpr (std::is_same_v<T, bool>) return static_cast<std::uint8_t>(v != 0);
+  else if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>) {
+    // double -> float -> 16-bit would round twice; for values from f32/f16/bf16/int sources
+    // the first step is exact, and from f64 the double rounding matches PyTorch's CPU path.
+    return T(static_cast<float>(v));
+  } else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else if constexpr (std::is_floating_point_v<W>) return float_to_int<T>(v);
+  else return static_cast<T>(v);
+}
+
+// Calls f(offset_a, offset_b, i) for each element in row-major order of two same-shape
+// operands, in elements.
+template <class F> void for_each2(const Operand& a, const Operand& b, F&& f) {
+  std::int64_t n = a.numel;
+  bool a_cont = true, b_cont = true;
+  {
+    std::int64_t expect = 1;
+    for (int d = a.ndim - 1; d >= 0; --d) {
+      if (a.sizes[d] != 1 && a.strides[d] != expect) a_cont = false;
+      if (b.sizes[d] != 1 && b.strides[d] != expect) b_cont = false;
+      expect *= a.sizes[d];
+    }
+  }
+  if (a_cont && b_cont) {
+    for (std::int64_t i = 0; i < n; ++i) f(i, i, i);
+    return;
+  }
+  std::int64_t idx[max_dims] = {};
+  std::int64_t oa = 0, ob = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    f(oa, ob, i);
+    for (int d = a.ndim - 1; d >= 0; --d) {
+      if (++idx[d] < a.sizes[d]) {
+        oa += a.strides[d];
+        ob += b.strides[d];
+        break;
+      }
+      oa -= (a.sizes[d] - 1) * a.strides[d];
+      ob -= (a.sizes[d] - 1) * b.strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// The arithmetic type of element type T: float for f32/f16/bf16, double for f64, the
+// integer itself for integers, int64 for bool.
+template <class T> using acc_t =
+    std::conditional_t<std::is_same_v<T, double>, double,
+                       std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, half> ||
+                                              std::is_same_v<T, bfloat16>,
+                                          float,
+                                          std::conditional_t<std::is_same_v<T, bool>, std::int64_t, T>>>;
+template <class T> acc_t<T> load(storage_t<T> v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return static_cast<float>(v);
+  else if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return v;
+}
+
+/// Calls f(offsets) for every element, in row-major order, of N operands of one shape
+/// (the first operand's), with each operand's element offset. Dims that are contiguous in
+/// every operand are merged first, so broadcasts and transposes iterate few dims.
+template <std::size_t N, class F> void for_each(const Operand* const (&ops)[N], F&& f) {
+  const Operand& shape = *ops[0];
+  std::int64_t sizes[max_dims];
+  std::int64_t strides[N][max_dims];
+  int nd = 0;
+  for (int d = 0; d < shape.ndim; ++d) {
+    if (shape.sizes[d] == 1) continue;
+    bool merge = nd > 0;
+    for (std::size_t k = 0; k < N && merge; ++k)
+      merge = strides[k][nd - 1] == ops[k]->strides[d] * shape.sizes[d];
+    if (merge) {
+      sizes[nd - 1] *= shape.sizes[d];
+      for (std::size_t k = 0; k < N; ++k) strides[k][nd - 1] = ops[k]->strides[d];
+    } else {
+      sizes[nd] = shape.sizes[d];
+      for (std::size_t k = 0; k < N; ++k) strides[k][nd] = ops[k]->strides[d];
+      ++nd;
+    }
+  }
+  std::int64_t n = shape.numel;
+  if (n == 0) return;
+  std::int64_t off[N] = {};
+  if (nd == 0) {
+    f(off);
+    return;
+  }
+  // Innermost dim as a tight loop; the outer dims as an odometer.
+  std::int64_t inner = sizes[nd - 1];
+  std::int64_t istride[N];
+  for (std::size_t k = 0; k < N; ++k) istride[k] = strides[k][nd - 1];
+  std::int64_t idx[max_dims] = {};
+  for (std::int64_t done = 0; done < n; done += inner) {
+    std::int64_t o[N];
+    for (std::size_t k = 0; k < N; ++k) o[k] = off[k];
+    for (std::int64_t i = 0; i < inner; ++i) {
+      f(o);
+      for (std::size_t k = 0; k < N; ++k) o[k] += istride[k];
+    }
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < sizes[d]) {
+        for (std::size_t k = 0; k < N; ++k) off[k] += strides[k][d];
+        break;
+      }
+      for (std::size_t k = 0; k < N; ++k) off[k] -= (sizes[d] - 1) * strides[k][d];
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace brrr::backend::cpu
+
+// Not exported: the two backends, declared here so that each op family can define its
+// kernels in its own file (ops/cpu/<family>.cpp, ops/cuda/<family>_launch.cpp). A kernel
+// declared here and defined nowhere is a link error.
+namespace brrr::backend {
+
+class CpuBackend final : public Backend {
+public:
+  void fill(const Operand& out, double value) override;
+  void copy(const Operand& dst, const Operand& src) override;
+  void arange(const Operand& out, double start, double step) override;
+  void random(const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,
+              std::int64_t high) override;
+  void unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) override;
+  void binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) override;
+  void binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) override;
+  void where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) override;
+  void reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
+              const Operand* indices) override;
+  void gemm(const GemmArgs& args) override;
+};
+
+class CudaBackend final : public Backend {
+public:
+  void fill(const Operand& out, double value) override;
+  void copy(const Operand& dst, const Operand& src) override;
+  void arange(const Operand& out, double start, double step) override;
+  void random(const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,
+              std::int64_t high) override;
+  void unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) override;
+  void binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) override;
+  void binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) override;
+  void where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) override;
+  void reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
+              const Operand* indices) override;
+  void gemm(const GemmArgs& args) override;
+};
 
 }  // namespace brrr::backend

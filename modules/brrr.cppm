@@ -2,3 +2,6 @@
 export module brrr;
 export import brrr.tensor;
 export import brrr.cuda;
+export import brrr.ops;
+export import brrr.autograd;
+export import brrr.testing;

@@ -209,6 +209,11 @@ struct CopyOptions {
 // Tensor
 // ---------------------------------------------------------------------------------------
 
+namespace autograd {
+class Node;
+}
+struct TensorInternals;  // implementation units' access to Tensor's state
+
 /// A cheap handle (shared ownership) to {Layout, dtype, device, Storage, autograd state}.
 /// Copying a Tensor copies the handle, not the numbers. Everything but the numbers is host
 /// memory: shape(), strides(), dtype(), device() never touch the device.
@@ -316,12 +321,42 @@ public:
   /// point on CUDA.
   template <class T> T item() const;
 
-  // --- autograd state (the engine comes with the autograd module) ---
+  // --- autograd ---
+  /// True for leaves marked requires_grad and for results of ops recorded in a graph.
   bool requires_grad() const;
-  /// Marks a leaf as requiring grad (floating dtypes only). Returns *this.
+  /// Marks a leaf as requiring grad (floating dtypes only); Error(autograd) on a non-leaf
+  /// asked to stop requiring grad (use detach()). Returns *this.
   Tensor& requires_grad_(bool requires_grad = true);
+  /// True when no op recorded this tensor (it has no grad_fn).
+  bool is_leaf() const;
+  /// The gradient accumulated into this leaf by backward(); undefined until then (and after
+  /// an optimizer's zero_grad, which sets it to none).
+  Tensor grad() const;
+  /// Replaces the stored gradient (an undefined tensor clears it).
+  void set_grad(const Tensor& grad) const;
+  /// The graph node that produced this tensor (nullptr for leaves).
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  /// Which output of grad_fn() this tensor is.
+  std::uint32_t output_nr() const;
+  /// Reverse-mode differentiation from this tensor: accumulates d(this)/d(leaf), weighted by
+  /// `gradient` (required unless numel() == 1; same shape as this), into every leaf that
+  /// requires grad. Frees the graph unless retain_graph; with create_graph the backward pass
+  /// is itself recorded, so the gradients can be differentiated again. Throws
+  /// Error(autograd) when nothing requires grad or a saved tensor was modified in place.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
+  /// The same numbers (shared storage) cut from the graph: a leaf with requires_grad false.
+  [[nodiscard]] Tensor detach() const;
+  /// For op implementations: makes this tensor output `output_nr` of `fn`.
+  void set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr = 0) const;
+
+  // --- shortcuts for common ops (defined by brrr.ops; see the free functions there) ---
+  /// Sum of all elements: [..] -> [] (integers and bool sum to i64).
+  [[nodiscard]] Tensor sum() const;
+  /// Mean of all elements (floating dtypes).
+  [[nodiscard]] Tensor mean() const;
 
 private:
+  friend struct TensorInternals;
   struct Impl;
   explicit Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   const Impl& checked(const char* op) const;
@@ -372,6 +407,100 @@ void manual_seed(std::uint64_t seed);
 [[nodiscard]] Tensor randint(std::int64_t low, std::int64_t high, Shape shape,
                              TensorOptions options = {.dtype = DType::i64});
 
+// ---------------------------------------------------------------------------------------
+// Autograd core: graph nodes, saved tensors, grad mode. The engine is in brrr.autograd.
+// ---------------------------------------------------------------------------------------
+
+namespace autograd {
+
+/// Where one input's gradient goes: into output slot `input_nr` of `node` (the node that
+/// produced that input, or a leaf's accumulator).
+struct Edge {
+  std::shared_ptr<Node> node;
+  std::uint32_t input_nr = 0;
+  bool defined() const { return node != nullptr; }
+};
+
+/// A recorded op: given the gradients of its outputs, returns those of its inputs (one per
+/// next_edges entry; undefined where an input needs none). Backward rules are written with
+/// Tensor ops, so under create_graph they are recorded too.
+class Node {
+public:
+  Node();
+  virtual ~Node() = default;
+  /// grad_outputs[i] is the gradient of output i (undefined means zero).
+  virtual std::vector<Tensor> apply(std::vector<Tensor> grad_outputs) = 0;
+  /// The op's name with "Backward", e.g. "MulBackward".
+  virtual std::string name() const = 0;
+  /// Frees saved tensors once backward ran without retain_graph.
+  virtual void release_saved() {}
+
+  std::vector<Edge> next_edges;
+  std::uint32_t num_outputs = 1;
+  std::uint64_t sequence_nr;  ///< creation order: later nodes run first on ties
+  bool released = false;
+};
+
+/// Where the gradient of `t` goes: its grad_fn, a leaf's accumulator, or nowhere.
+Edge gradient_edge(const Tensor& t);
+
+/// A tensor kept for backward, with the storage version it had when saved: unpack() throws
+/// Error(autograd) if it was modified in place since. Saving an op's own output keeps only a
+/// weak link to the node (no reference cycle).
+class SavedTensor {
+public:
+  SavedTensor() = default;
+  SavedTensor(const Tensor& t, bool is_output = false);
+  Tensor unpack(const Node& owner) const;
+  void reset();
+  bool defined() const { return data_.defined(); }
+
+private:
+  Tensor data_;
+  std::uint64_t version_ = 0;
+  std::weak_ptr<Node> grad_fn_;
+  std::uint32_t output_nr_ = 0;
+  bool is_output_ = false;
+};
+
+/// Whether ops record graph nodes on this thread (default true).
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+/// True when grad mode is on and some defined input requires grad: the op must record.
+bool any_requires_grad(std::initializer_list<Tensor> inputs);
+/// Makes `node` the grad_fn of outputs[i] (output i), with one next edge per input.
+void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
+             std::initializer_list<Tensor> outputs);
+void connect(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs,
+             const std::vector<Tensor>& outputs);
+
+}  // namespace autograd
+
+/// Disables graph recording on this thread for its scope (RAII), like torch::NoGradGuard.
+class NoGradGuard {
+public:
+  NoGradGuard() : previous_(autograd::is_grad_enabled()) { autograd::set_grad_enabled(false); }
+  ~NoGradGuard() { autograd::set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+private:
+  bool previous_;
+};
+
+/// Sets grad mode for its scope (RAII), restoring the previous mode.
+class GradModeGuard {
+public:
+  explicit GradModeGuard(bool enabled) : previous_(autograd::is_grad_enabled()) { autograd::set_grad_enabled(enabled); }
+  ~GradModeGuard() { autograd::set_grad_enabled(previous_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+private:
+  bool previous_;
+};
+
 }  // namespace brrr
 
 // Not exported: the state behind the handles, shared by this module's implementation units.
@@ -389,7 +518,18 @@ struct Tensor::Impl {
   Storage storage;
   Layout layout;
   DType dtype = DType::f32;
-  bool requires_grad = false;
+  bool requires_grad = false;  // leaves only; non-leaves require grad through grad_fn
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+  std::uint32_t output_nr = 0;
+  std::weak_ptr<autograd::Node> accumulator;  // a leaf's AccumulateGrad, made on demand
+};
+
+struct TensorInternals {
+  using Impl = Tensor::Impl;
+  static Tensor::Impl& impl(const Tensor& t) { return *t.impl_; }
+  static const std::shared_ptr<Tensor::Impl>& ptr(const Tensor& t) { return t.impl_; }
+  static Tensor wrap(std::shared_ptr<Tensor::Impl> impl) { return Tensor(std::move(impl)); }
 };
 
 }  // namespace brrr

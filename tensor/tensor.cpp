@@ -23,14 +23,17 @@ Tensor::Tensor(Storage storage, Layout layout, DType dtype) {
                                       to_string(layout.strides) + " differ in length");
   std::int64_t numel = checked_numel(layout.sizes, "Tensor");
   if (numel > 0) {
-    // lowest and highest element reached, in elements from the storage start
+    // lowest and highest element reached, in elements from the storage start (a layout whose
+    // extent overflows int64 reaches outside any storage)
     std::int64_t lo = layout.offset, hi = layout.offset;
+    bool overflow = false;
     for (std::size_t i = 0; i < layout.sizes.size(); ++i) {
-      std::int64_t span = (layout.sizes[i] - 1) * layout.strides[i];
-      (span < 0 ? lo : hi) += span;
+      std::int64_t span = 0;
+      overflow = overflow || __builtin_mul_overflow(layout.sizes[i] - 1, layout.strides[i], &span) ||
+                 __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi);
     }
     std::int64_t capacity = static_cast<std::int64_t>(storage.nbytes() / brrr::itemsize(dtype));
-    if (lo < 0 || hi >= capacity)
+    if (overflow || lo < 0 || hi >= capacity)
       throw Error(ErrorKind::index, "Tensor: layout sizes " + to_string(layout.sizes) + " strides " +
                                         to_string(layout.strides) + " offset " + std::to_string(layout.offset) +
                                         " reaches outside a storage of " + std::to_string(capacity) + " " +
@@ -65,7 +68,7 @@ void* Tensor::data_ptr() const {
 }
 
 std::int64_t Tensor::size(std::int64_t d) const {
-  std::int64_t n = dim();
+  std::int64_t n = checked("size").layout.dim();
   if (d < -n || d >= n)
     throw Error(ErrorKind::index, "size: dim " + std::to_string(d) + " out of range for a " +
                                       std::to_string(n) + "-d tensor of shape " + to_string(shape()));
@@ -73,7 +76,7 @@ std::int64_t Tensor::size(std::int64_t d) const {
 }
 
 std::int64_t Tensor::stride(std::int64_t d) const {
-  std::int64_t n = dim();
+  std::int64_t n = checked("stride").layout.dim();
   if (d < -n || d >= n)
     throw Error(ErrorKind::index, "stride: dim " + std::to_string(d) + " out of range for a " +
                                       std::to_string(n) + "-d tensor of shape " + to_string(shape()));
@@ -117,7 +120,8 @@ template <class T> std::vector<T> Tensor::to_host() const {
   if (i.dtype != dtype_of<T>::value)
     throw Error(ErrorKind::dtype, std::string("to_host<") + to_string(dtype_of<T>::value) +
                                       ">: the tensor is " + describe(*this) + "; convert with to(DType::" +
-                                      to_string(i.dtype) + ") or call to_host<" + to_string(i.dtype) + ">");
+                                      to_string(dtype_of<T>::value) + ") or call to_host<" + to_string(i.dtype) +
+                                      ">");
   // Contiguous on its own device first, so that exactly numel elements cross the bus.
   Tensor c = contiguous();
   std::size_t n = static_cast<std::size_t>(c.numel());
@@ -167,18 +171,5 @@ template half Tensor::item<half>() const;
 template std::int32_t Tensor::item<std::int32_t>() const;
 template std::int64_t Tensor::item<std::int64_t>() const;
 template bool Tensor::item<bool>() const;
-
-// --- autograd flags ---
-
-bool Tensor::requires_grad() const { return checked("requires_grad").requires_grad; }
-
-Tensor& Tensor::requires_grad_(bool requires_grad) {
-  Impl& i = const_cast<Impl&>(checked("requires_grad_"));
-  if (requires_grad && !is_floating_point(i.dtype))
-    throw Error(ErrorKind::dtype, std::string("requires_grad_: only floating-point tensors can require "
-                                              "gradients, this one is ") + describe(*this));
-  i.requires_grad = requires_grad;
-  return *this;
-}
 
 }  // namespace brrr

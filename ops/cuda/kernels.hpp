@@ -32,4 +32,12 @@ int arange(const Strided& out, double start, double step, void* stream);
 int random_transform(const Strided& out, const std::uint32_t* words, int dist, std::int64_t low,
                      std::int64_t high, void* stream);
 
+/// Elementwise ops (codes: brrr::elementwise::Unary / Binary in ops/elementwise_math.hpp).
+/// out and in share a shape; for binary, a and b are already broadcast to out's shape and
+/// share a dtype; comparisons write bool. lo/hi: clamp's bounds.
+int unary(int op, const Strided& out, const Strided& in, double lo, double hi, void* stream);
+int binary(int op, const Strided& out, const Strided& a, const Strided& b, void* stream);
+int binary_scalar(int op, const Strided& out, const Strided& a, double s, bool scalar_first, void* stream);
+int where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b, void* stream);
+
 }  // namespace brrr::kernels

@@ -1,0 +1,6 @@
+module;
+module brrr.backend;
+import brrr.tensor;
+namespace brrr::backend {
+void CudaBackend::gemm(const GemmArgs&) { throw Error(ErrorKind::value, "gemm: not implemented yet"); }
+}  // namespace brrr::backend

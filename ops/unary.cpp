@@ -1,0 +1,199 @@
+// Unary elementwise ops. Floating functions (exp, log, tanh, ...) promote integer inputs to
+// f32 as PyTorch does; neg/abs/relu/sign/clamp keep integer dtypes. Backward rules are
+// Tensor ops (second derivatives work); each cites its derivative.
+module;
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+module brrr.ops;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+using namespace ops_detail;
+using backend::UnaryOp;
+
+namespace {
+
+constexpr double inv_sqrt2 = 0.70710678118654752440;
+constexpr double inv_sqrt_2pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+constexpr double two_over_sqrt_pi = 1.12837916709551257390;
+constexpr double gelu_k = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double gelu_c = 0.044715;
+
+const char* name_of(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: return "neg";
+    case UnaryOp::abs: return "abs";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::log1p: return "log1p";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::rsqrt: return "rsqrt";
+    case UnaryOp::tanh: return "tanh";
+    case UnaryOp::sigmoid: return "sigmoid";
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::gelu_tanh: return "gelu";
+    case UnaryOp::gelu_erf: return "gelu";
+    case UnaryOp::silu: return "silu";
+    case UnaryOp::sin: return "sin";
+    case UnaryOp::cos: return "cos";
+    case UnaryOp::erf: return "erf";
+    case UnaryOp::sign: return "sign";
+    case UnaryOp::clamp: return "clamp";
+  }
+  return "?";
+}
+
+// Ops that keep integer dtypes; the others compute in floating point.
+bool keeps_integers(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: case UnaryOp::abs: case UnaryOp::relu: case UnaryOp::sign: case UnaryOp::clamp:
+      return true;
+    case UnaryOp::exp: case UnaryOp::log: case UnaryOp::log1p: case UnaryOp::sqrt: case UnaryOp::rsqrt:
+    case UnaryOp::tanh: case UnaryOp::sigmoid: case UnaryOp::gelu_tanh: case UnaryOp::gelu_erf: case UnaryOp::silu:
+    case UnaryOp::sin: case UnaryOp::cos: case UnaryOp::erf:
+      return false;
+  }
+  return false;
+}
+
+Tensor unary_forward(UnaryOp op, const Tensor& x, double p0, double p1) {
+  const char* name = name_of(op);
+  require_defined(name, x);
+  DType dtype = x.dtype();
+  if (dtype == DType::boolean && keeps_integers(op))
+    throw Error(ErrorKind::dtype, std::string(name) + ": not defined for bool tensors, got " + describe(x));
+  if (!keeps_integers(op) && !is_floating_point(dtype)) dtype = DType::f32;
+  NoGradGuard no_grad;
+  Tensor cx = x.dtype() == dtype ? x : x.to(dtype);
+  Tensor out = empty(x.shape(), {.dtype = dtype, .device = x.device()});
+  if (out.numel() > 0)
+    backend::backend_for(x.device()).unary(op, backend::operand(out, name), backend::operand(cx, name), p0, p1);
+  return out;
+}
+
+class UnaryBackward final : public autograd::Node {
+public:
+  UnaryBackward(UnaryOp op, const Tensor& x, double p0, double p1) : op_(op), p0_(p0), p1_(p1), x_(x) {}
+  void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
+
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    const Tensor& g = grads[0];
+    Tensor x = x_.unpack(*this);
+    switch (op_) {
+      case UnaryOp::neg: return {neg(g)};
+      case UnaryOp::abs: return {mul(g, sign(x))};  // d|x| = sign(x), 0 at 0
+      case UnaryOp::exp: return {mul(g, out())};    // d e^x = e^x
+      case UnaryOp::log: return {div(g, x)};        // d ln x = 1/x
+      case UnaryOp::log1p: return {div(g, add(x, 1.0))};
+      case UnaryOp::sqrt: return {div(g, mul(out(), 2.0))};              // 1 / (2 sqrt x)
+      case UnaryOp::rsqrt: return {mul(g, mul(pow(out(), 3.0), -0.5))};  // -x^(-3/2) / 2
+      case UnaryOp::tanh: {                                              // 1 - tanh^2
+        Tensor y = out();
+        return {mul(g, sub(1.0, mul(y, y)))};
+      }
+      case UnaryOp::sigmoid: {  // s (1 - s)
+        Tensor y = out();
+        return {mul(g, mul(y, sub(1.0, y)))};
+      }
+      case UnaryOp::relu: return {where(gt(x, 0.0), g, zeros_like(g))};  // 0 at 0, as PyTorch
+      case UnaryOp::gelu_erf: {
+        // d/dx x Phi(x) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
+        // phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        Tensor cdf = mul(add(erf(mul(x, inv_sqrt2)), 1.0), 0.5);
+        Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), inv_sqrt_2pi);
+        return {mul(g, add(cdf, mul(x, pdf)))};
+      }
+      case UnaryOp::gelu_tanh: {
+        // y = x/2 (1 + t), t = tanh(k (x + c x^3)):
+        // dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 c x^2)
+        Tensor x2 = mul(x, x);
+        Tensor t = tanh(mul(add(x, mul(mul(x2, x), gelu_c)), gelu_k));
+        Tensor left = mul(add(t, 1.0), 0.5);
+        Tensor right = mul(mul(mul(x, 0.5), sub(1.0, mul(t, t))), mul(add(mul(x2, 3.0 * gelu_c), 1.0), gelu_k));
+        return {mul(g, add(left, right))};
+      }
+      case UnaryOp::silu: {  // d x s(x) = s (1 + x (1 - s))
+        Tensor s = sigmoid(x);
+        return {mul(g, mul(s, add(mul(x, sub(1.0, s)), 1.0)))};
+      }
+      case UnaryOp::sin: return {mul(g, cos(x))};
+      case UnaryOp::cos: return {neg(mul(g, sin(x)))};
+      case UnaryOp::erf: return {mul(g, mul(exp(neg(mul(x, x))), two_over_sqrt_pi))};  // 2/sqrt(pi) e^(-x^2)
+      case UnaryOp::sign: return {zeros_like(g)};
+      case UnaryOp::clamp: {
+        // 1 where min <= x <= max (bounds included, PyTorch), else 0
+        Tensor zero = zeros_like(g);
+        Tensor r = g;
+        if (!std::isinf(p0_)) r = where(ge(x, p0_), r, zero);
+        if (!std::isinf(p1_)) r = where(le(x, p1_), r, zero);
+        return {r};
+      }
+    }
+    return {};
+  }
+  std::string name() const override { return std::string(name_of(op_)) + "Backward"; }
+  void release_saved() override { x_.reset(), out_.reset(); }
+
+private:
+  Tensor out() const { return out_.unpack(*this); }
+  UnaryOp op_;
+  double p0_, p1_;
+  autograd::SavedTensor x_, out_;
+};
+
+bool saves_output(UnaryOp op) {
+  return op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::rsqrt || op == UnaryOp::tanh ||
+         op == UnaryOp::sigmoid;
+}
+
+Tensor unary_op(UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0) {
+  Tensor out = unary_forward(op, x, p0, p1);
+  if (!autograd::any_requires_grad({x}) || !is_floating_point(out.dtype())) return out;
+  // Ops differentiated through their output do not keep the input alive.
+  auto node = std::make_shared<UnaryBackward>(op, saves_output(op) ? Tensor() : x, p0, p1);
+  autograd::connect(node, {x}, {out});
+  if (saves_output(op)) node->save_output(out);
+  return out;
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::neg, x); }
+Tensor abs(const Tensor& x) { return unary_op(UnaryOp::abs, x); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::log, x); }
+Tensor log1p(const Tensor& x) { return unary_op(UnaryOp::log1p, x); }
+Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::relu, x); }
+Tensor silu(const Tensor& x) { return unary_op(UnaryOp::silu, x); }
+Tensor sin(const Tensor& x) { return unary_op(UnaryOp::sin, x); }
+Tensor cos(const Tensor& x) { return unary_op(UnaryOp::cos, x); }
+Tensor erf(const Tensor& x) { return unary_op(UnaryOp::erf, x); }
+Tensor sign(const Tensor& x) { return unary_op(UnaryOp::sign, x); }
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  if (approximate == "none") return unary_op(UnaryOp::gelu_erf, x);
+  if (approximate == "tanh") return unary_op(UnaryOp::gelu_tanh, x);
+  throw Error(ErrorKind::value, "gelu: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  if (!min && !max) throw Error(ErrorKind::value, "clamp: at least one of min and max must be given");
+  double lo = min ? *min : -std::numeric_limits<double>::infinity();
+  double hi = max ? *max : std::numeric_limits<double>::infinity();
+  if (std::isnan(lo) || std::isnan(hi)) throw Error(ErrorKind::value, "clamp: NaN bound");
+  return unary_op(UnaryOp::clamp, x, lo, hi);
+}
+Tensor clamp_min(const Tensor& x, double min) { return clamp(x, min, std::nullopt); }
+Tensor clamp_max(const Tensor& x, double max) { return clamp(x, std::nullopt, max); }
+
+}  // namespace brrr

@@ -1,0 +1,172 @@
+// The autograd state every tensor carries: grad mode, graph nodes and edges, saved tensors,
+// the leaves' gradient accumulators. The engine that walks the graph is autograd/engine.cpp.
+module;
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+module brrr.tensor;
+import brrr.ops;
+
+namespace brrr {
+
+namespace autograd {
+
+namespace {
+thread_local bool grad_enabled = true;
+std::atomic<std::uint64_t> next_sequence_nr{0};
+
+// The sink of a leaf's gradient: adds it into leaf.grad().
+class AccumulateGrad final : public Node {
+public:
+  explicit AccumulateGrad(const std::shared_ptr<TensorInternals::Impl>& leaf) : leaf_(leaf) {}
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    auto leaf = leaf_.lock();
+    if (!leaf || grads.empty() || !grads[0].defined()) return {};
+    Tensor g = grads[0];
+    if (g.shape() != leaf->layout.sizes)
+      throw Error(ErrorKind::autograd, "AccumulateGrad: gradient of shape " + to_string(g.shape()) +
+                                           " for a leaf of shape " + to_string(leaf->layout.sizes));
+    // Out of place, so a gradient handed in by the caller is never modified later.
+    leaf->grad = leaf->grad.defined() ? add(leaf->grad, g) : (is_grad_enabled() ? g : g.detach());
+    return {};
+  }
+  std::string name() const override { return "AccumulateGrad"; }
+
+private:
+  std::weak_ptr<TensorInternals::Impl> leaf_;
+};
+}  // namespace
+
+Node::Node() : sequence_nr(next_sequence_nr++) {}
+
+bool is_grad_enabled() { return grad_enabled; }
+void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined()) return {};
+  TensorInternals::Impl& i = TensorInternals::impl(t);
+  if (i.grad_fn) return {i.grad_fn, i.output_nr};
+  if (!i.requires_grad) return {};
+  std::shared_ptr<Node> acc = i.accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(TensorInternals::ptr(t));
+    i.accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  if (!grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+namespace {
+template <class In, class Out> void connect_impl(const std::shared_ptr<Node>& node, const In& inputs, const Out& outputs) {
+  node->next_edges.clear();
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  node->num_outputs = static_cast<std::uint32_t>(outputs.size());
+  std::uint32_t k = 0;
+  for (const Tensor& t : outputs) t.set_grad_fn(node, k++);
+}
+}  // namespace
+
+void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs) {
+  connect_impl(node, inputs, outputs);
+}
+void connect(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  connect_impl(node, inputs, outputs);
+}
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) : is_output_(is_output) {
+  if (!t.defined()) return;
+  version_ = t.storage().version();
+  if (is_output) {
+    // Keep the numbers, and only a weak link to the producing node: no cycle node -> output
+    // -> node. unpack() reattaches it while the node is alive (it is, during its backward).
+    grad_fn_ = t.grad_fn();
+    output_nr_ = t.output_nr();
+    data_ = t.detach();
+  } else {
+    data_ = t;
+  }
+}
+
+Tensor SavedTensor::unpack(const Node& owner) const {
+  if (owner.released)
+    throw Error(ErrorKind::autograd, owner.name() + ": trying to backward through the graph a second time; its saved "
+                                                    "tensors were freed (call backward with retain_graph = true)");
+  if (!data_.defined()) return {};
+  if (data_.storage().version() != version_)
+    throw Error(ErrorKind::autograd,
+                owner.name() + ": a tensor saved for backward (shape " + to_string(data_.shape()) + ", " +
+                    to_string(data_.dtype()) + ") was modified in place: its version is " +
+                    std::to_string(data_.storage().version()) + ", it was " + std::to_string(version_) +
+                    " when saved. Use an out-of-place op, or clone() before modifying.");
+  if (!is_output_) return data_;
+  auto fn = grad_fn_.lock();
+  if (!fn) return data_;
+  Tensor t = data_.detach();
+  t.set_grad_fn(fn, output_nr_);
+  return t;
+}
+
+void SavedTensor::reset() {
+  data_ = Tensor();
+  grad_fn_.reset();
+}
+
+}  // namespace autograd
+
+// --- Tensor's autograd members -----------------------------------------------------------
+
+bool Tensor::requires_grad() const {
+  const Impl& i = checked("requires_grad");
+  return i.requires_grad || i.grad_fn != nullptr;
+}
+
+Tensor& Tensor::requires_grad_(bool requires_grad) {
+  Impl& i = const_cast<Impl&>(checked("requires_grad_"));
+  if (requires_grad && !is_floating_point(i.dtype))
+    throw Error(ErrorKind::dtype, std::string("requires_grad_: only floating-point tensors can require gradients, this "
+                                              "one is ") + to_string(i.layout.sizes) + " " + to_string(i.dtype));
+  if (i.grad_fn)
+    throw Error(ErrorKind::autograd, "requires_grad_: only leaves can change requires_grad; this tensor was made by " +
+                                         i.grad_fn->name() + " (use detach())");
+  i.requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
+Tensor Tensor::grad() const { return checked("grad").grad; }
+void Tensor::set_grad(const Tensor& grad) const {
+  Impl& i = const_cast<Impl&>(checked("set_grad"));
+  if (grad.defined() && grad.shape() != i.layout.sizes)
+    throw Error(ErrorKind::shape, "set_grad: gradient of shape " + to_string(grad.shape()) + " for a tensor of shape " +
+                                      to_string(i.layout.sizes));
+  i.grad = grad;
+}
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const { return checked("grad_fn").grad_fn; }
+std::uint32_t Tensor::output_nr() const { return checked("output_nr").output_nr; }
+
+void Tensor::set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr) const {
+  Impl& i = const_cast<Impl&>(checked("set_grad_fn"));
+  i.grad_fn = std::move(fn);
+  i.output_nr = output_nr;
+  i.requires_grad = false;
+}
+
+Tensor Tensor::detach() const {
+  const Impl& i = checked("detach");
+  auto impl = std::make_shared<Impl>();
+  impl->storage = i.storage;
+  impl->layout = i.layout;
+  impl->dtype = i.dtype;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace brrr
