@@ -3,6 +3,7 @@
 // ops/<family>.cpp (checks, output allocation, dispatch, backward rule); kernels live in
 // ops/cpu/ and ops/cuda/. All inputs of one op must be on one device (Error(device)).
 module;
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -204,6 +205,16 @@ bool allow_tf32();
 /// `chunks` views of ceil(size / chunks) elements along dim (fewer if the size is small).
 [[nodiscard]] std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim = 0);
 
+// ---------------------------------------------------------------------------------------
+// Profiling
+// ---------------------------------------------------------------------------------------
+
+/// When on, every op opens an NVTX range named after it (e.g. "matmul") around its host-side
+/// work, so Nsight Systems timelines show brrr's ops above their kernels. Off by default;
+/// the cost when off is one relaxed atomic load per op.
+void set_nvtx_enabled(bool enabled);
+bool nvtx_enabled();
+
 }  // namespace brrr
 
 // Not exported: helpers shared by the op families' implementation units.
@@ -224,5 +235,25 @@ Shape reduced_shape(const Shape& shape, std::uint32_t mask, bool keepdim);
 /// Reinserts size-1 dims removed by a keepdim=false reduction, so that the result
 /// broadcasts against the input again.
 Tensor unsqueeze_reduced(const Tensor& t, std::uint32_t mask, std::int64_t input_dim, bool keepdim);
+
+extern std::atomic<bool> nvtx_on;
+void nvtx_push(const char* name);
+void nvtx_pop();
+/// Opens an NVTX range named `name` for its scope when profiling is on (RAII). Every public
+/// op starts with one.
+class OpRange {
+public:
+  explicit OpRange(const char* name) : active_(nvtx_on.load(std::memory_order_relaxed)) {
+    if (active_) nvtx_push(name);
+  }
+  ~OpRange() {
+    if (active_) nvtx_pop();
+  }
+  OpRange(const OpRange&) = delete;
+  OpRange& operator=(const OpRange&) = delete;
+
+private:
+  bool active_;
+};
 
 }  // namespace brrr::ops_detail
