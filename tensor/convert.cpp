@@ -2,7 +2,9 @@
 module;
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 module brrr.tensor;
 import brrr.backend;
 
@@ -50,9 +52,24 @@ void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
 
 }  // namespace
 
+namespace {
+// In-place writes are not recorded by autograd: refuse them where a gradient would be lost.
+void check_inplace(const char* op, const Tensor& dst, const Tensor* src) {
+  if (!autograd::is_grad_enabled()) return;
+  if (dst.requires_grad())
+    throw Error(ErrorKind::autograd, std::string(op) + ": in-place write into a tensor that requires grad (" +
+                                         describe(dst) + "); do it under NoGradGuard (initialisation, optimizer "
+                                         "steps) or use an out-of-place op");
+  if (src && src->requires_grad())
+    throw Error(ErrorKind::autograd, std::string(op) + ": the source requires grad, and in-place copies are not "
+                                         "recorded by autograd; use clone() or to(), or copy under NoGradGuard");
+}
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
   checked("copy_");
   if (!src_in.defined()) throw Error(ErrorKind::value, "copy_: the source tensor is undefined");
+  check_inplace("copy_", *this, &src_in);
   Tensor src;
   try {
     src = src_in.expand(shape());
@@ -100,6 +117,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
 
 Tensor& Tensor::fill_(double value) {
   checked("fill_");
+  check_inplace("fill_", *this, nullptr);
   if (numel() > 0) backend::backend_for(device()).fill(backend::operand(*this, "fill_"), value);
   storage().bump_version();
   return *this;
@@ -113,13 +131,33 @@ Tensor Tensor::clone() const {
   return out;
 }
 
+namespace {
+// The gradient of a dtype or device conversion: converted back.
+class ToBackward final : public autograd::Node {
+public:
+  ToBackward(DType dtype, Device device) : dtype_(dtype), device_(device) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override { return {g[0].to(device_).to(dtype_)}; }
+  std::string name() const override { return "ToBackward"; }
+
+private:
+  DType dtype_;
+  Device device_;
+};
+
+Tensor record_to(const Tensor& in, Tensor out) {
+  if (autograd::any_requires_grad({in}) && is_floating_point(out.dtype()))
+    autograd::connect(std::make_shared<ToBackward>(in.dtype(), in.device()), {in}, {out});
+  return out;
+}
+}  // namespace
+
 Tensor Tensor::to(DType dtype) const {
   const Impl& i = checked("to");
   if (i.dtype == dtype) return *this;
   Tensor out = empty(i.layout.sizes, {.dtype = dtype, .device = device()});
   if (out.numel() > 0)
     backend::backend_for(device()).copy(backend::operand(out, "to"), backend::operand(*this, "to"));
-  return out;
+  return record_to(*this, std::move(out));
 }
 
 Tensor Tensor::to(Device device, CopyOptions options) const {
@@ -128,8 +166,11 @@ Tensor Tensor::to(Device device, CopyOptions options) const {
   // Device to host with non_blocking lands in pinned memory so the copy can stay async.
   bool pinned = device.is_cpu() && options.non_blocking;
   Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device, .pinned = pinned});
-  out.copy_(*this, options);
-  return out;
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this, options);
+  }
+  return record_to(*this, std::move(out));
 }
 
 Tensor Tensor::pin_memory() const {
