@@ -7,17 +7,22 @@
 // - record_stream() adds streams that also use a block: at release an event is recorded on
 //   each, and the block returns to the pool only once they have all completed;
 // - on cudaMalloc failure: free every cached unused segment, retry once, then throw.
+// The hot path (a cached block handed out and returned) makes no CUDA call and no heap
+// allocation: Block objects and the free-list tree's nodes are recycled under the
+// allocator's mutex, and a Storage's deleter holds its Block, so freeing needs no lookup.
 module;
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "cuda/check.hpp"
@@ -47,6 +52,42 @@ struct Block {
   std::vector<cudaStream_t> other_streams;  // from record_stream
 };
 
+// Recycles the fixed-size nodes of the free-list trees. Only used under the owning
+// allocator's mutex, and never destroyed (the allocators live until the process ends).
+class NodePool {
+public:
+  static constexpr std::size_t node_size = 64;
+  void* take(std::size_t bytes) {
+    if (bytes > node_size) return ::operator new(bytes);
+    if (!head_) return ::operator new(node_size);
+    Node* n = head_;
+    head_ = n->next;
+    return n;
+  }
+  void give(void* p, std::size_t bytes) {
+    if (bytes > node_size) return ::operator delete(p);
+    auto* n = static_cast<Node*>(p);
+    n->next = head_;
+    head_ = n;
+  }
+
+private:
+  struct Node {
+    Node* next;
+  };
+  Node* head_ = nullptr;
+};
+
+template <class T> struct PoolAllocator {
+  using value_type = T;
+  NodePool* pool;
+  explicit PoolAllocator(NodePool* p) : pool(p) {}
+  template <class U> PoolAllocator(const PoolAllocator<U>& o) : pool(o.pool) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(pool->take(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { pool->give(p, n * sizeof(T)); }
+  template <class U> bool operator==(const PoolAllocator<U>& o) const { return pool == o.pool; }
+};
+
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
     if (a->stream != b->stream) return a->stream < b->stream;
@@ -61,11 +102,16 @@ std::string mib(std::uint64_t bytes) {
   return buf;
 }
 
+using BlockSet = std::set<Block*, BlockOrder, PoolAllocator<Block*>>;
+
 class DeviceAllocator {
 public:
-  explicit DeviceAllocator(int device) : device_(device) {}
+  explicit DeviceAllocator(int device)
+      : device_(device),
+        small_pool_(BlockOrder{}, PoolAllocator<Block*>(&nodes_)),
+        large_pool_(BlockOrder{}, PoolAllocator<Block*>(&nodes_)) {}
 
-  void* allocate(std::size_t nbytes, cudaStream_t stream) {
+  Block* allocate(std::size_t nbytes, cudaStream_t stream) {
     std::lock_guard lock(mutex_);
     std::size_t size = std::max(min_block, (nbytes + min_block - 1) / min_block * min_block);
     bool small = size <= small_size;
@@ -75,19 +121,15 @@ public:
     if (!block) block = new_segment(size, small, stream, nbytes);
     block = split(block, size, pool);
     block->allocated = true;
-    active_[block->ptr] = block;
     stats_.allocated_bytes += block->size;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     ++stats_.num_allocs;
-    return block->ptr;
+    return block;
   }
 
-  void free(void* ptr) {
+  // Called by the Storage's deleter with the block allocate() returned.
+  void free(Block* block) {
     std::lock_guard lock(mutex_);
-    auto it = active_.find(ptr);
-    if (it == active_.end()) return;  // not ours: nothing sensible to do in a destructor
-    Block* block = it->second;
-    active_.erase(it);
     block->allocated = false;
     stats_.allocated_bytes -= block->size;
     if (!block->other_streams.empty()) {
@@ -109,10 +151,9 @@ public:
 
   void record_stream(void* ptr, cudaStream_t stream) {
     std::lock_guard lock(mutex_);
-    auto it = active_.find(ptr);
-    if (it == active_.end())
+    Block* b = find_allocated(static_cast<char*>(ptr));
+    if (!b)
       throw Error(ErrorKind::value, "record_stream: the tensor's memory does not come from brrr's CUDA allocator");
-    Block* b = it->second;
     if (stream == b->stream) return;
     if (std::find(b->other_streams.begin(), b->other_streams.end(), stream) == b->other_streams.end())
       b->other_streams.push_back(stream);
@@ -143,12 +184,46 @@ public:
   }
 
 private:
-  Block* find_free(std::set<Block*, BlockOrder>& pool, cudaStream_t stream, std::size_t size) {
+  // The allocated block that starts at `ptr` (nullptr if none): its segment from the
+  // segment index, then a walk along the segment's blocks. Rare (record_stream only).
+  Block* find_allocated(char* ptr) {
+    auto it = segments_.upper_bound(ptr);
+    if (it == segments_.begin()) return nullptr;
+    --it;
+    for (Block* b = it->second; b; b = b->next)
+      if (b->ptr == ptr) return b->allocated ? b : nullptr;
+    return nullptr;
+  }
+
+  Block* make_block(cudaStream_t stream, std::size_t size, char* ptr, bool small) {
+    Block* b;
+    if (spare_blocks_.empty()) {
+      b = new Block{stream, size, ptr, small};
+    } else {
+      b = spare_blocks_.back();
+      spare_blocks_.pop_back();
+      b->stream = stream;
+      b->size = size;
+      b->ptr = ptr;
+      b->small = small;
+      b->allocated = false;
+      b->pending_events = 0;
+      b->prev = b->next = nullptr;
+      b->other_streams.clear();
+    }
+    return b;
+  }
+  void drop_block(Block* b) { spare_blocks_.push_back(b); }
+
+  Block* find_free(BlockSet& pool, cudaStream_t stream, std::size_t size) {
     Block key{stream, size, nullptr, false};
     auto it = pool.lower_bound(&key);
     if (it == pool.end() || (*it)->stream != stream) return nullptr;
-    // Do not carve a small request out of a big oversize block: it would pin the segment.
-    if (!(*it)->small && (*it)->size >= min_large_alloc && (*it)->size > 2 * size + round_large) return nullptr;
+    // Do not carve a small request out of a big oversize block (bigger than a standard
+    // 20 MiB segment, i.e. one made for a single large request): it would pin the segment.
+    // Standard segments and their pieces serve any request that fits, so that a steady
+    // stream of 1-10 MiB requests reuses them instead of calling cudaMalloc each time.
+    if (!(*it)->small && (*it)->size > large_segment && (*it)->size > 2 * size + round_large) return nullptr;
     Block* b = *it;
     pool.erase(it);
     return b;
@@ -172,7 +247,8 @@ private:
         cudaMemGetInfo(&free_b, &total_b);
         throw Error(ErrorKind::out_of_memory,
                     "CUDA out of memory on cuda:" + std::to_string(device_) + ": tried to allocate " + mib(asked) +
-                        " (a segment of " + mib(seg) + "); brrr holds " + mib(stats_.allocated_bytes) +
+                        " (" + std::to_string(asked) + " bytes, in a segment of " + mib(seg) + "); brrr holds " +
+                        mib(stats_.allocated_bytes) + " (" + std::to_string(stats_.allocated_bytes) + " bytes)" +
                         " in tensors and " + mib(stats_.reserved_bytes) + " reserved; the device has " + mib(free_b) +
                         " free of " + mib(total_b) + " (" + cudaGetErrorString(err) + ")");
       }
@@ -180,15 +256,17 @@ private:
     ++stats_.num_cuda_malloc;
     stats_.reserved_bytes += seg;
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
-    return new Block{stream, seg, static_cast<char*>(p), small};
+    Block* b = make_block(stream, seg, static_cast<char*>(p), small);
+    segments_[b->ptr] = b;
+    return b;
   }
 
   // Cuts `size` bytes off the front of `block`; the rest goes back to `pool`.
-  Block* split(Block* block, std::size_t size, std::set<Block*, BlockOrder>& pool) {
+  Block* split(Block* block, std::size_t size, BlockSet& pool) {
     std::size_t rest = block->size - size;
     bool worth = block->small ? rest >= min_block : rest > small_size;
     if (!worth) return block;
-    Block* tail = new Block{block->stream, rest, block->ptr + size, block->small};
+    Block* tail = make_block(block->stream, rest, block->ptr + size, block->small);
     tail->prev = block;
     tail->next = block->next;
     if (block->next) block->next->prev = tail;
@@ -198,22 +276,25 @@ private:
     return block;
   }
 
-  // Returns a free block to its pool, merged with free neighbours.
+  // Returns a free block to its pool, merged with free neighbours. The front block of a merge
+  // survives, so a segment's first Block object never changes (segments_ stays valid).
   void release(Block* block) {
     auto& pool = block->small ? small_pool_ : large_pool_;
-    for (Block* n : {block->prev, block->next}) {
-      if (!n || n->allocated || n->pending_events > 0) continue;
-      pool.erase(n);
-      if (n == block->prev) {
-        block->ptr = n->ptr;
-        block->prev = n->prev;
-        if (block->prev) block->prev->next = block;
-      } else {
-        block->next = n->next;
-        if (block->next) block->next->prev = block;
-      }
-      block->size += n->size;
-      delete n;
+    auto mergeable = [](const Block* n) { return n && !n->allocated && n->pending_events == 0; };
+    if (Block* prev = block->prev; mergeable(prev)) {
+      pool.erase(prev);
+      prev->size += block->size;
+      prev->next = block->next;
+      if (prev->next) prev->next->prev = prev;
+      drop_block(block);
+      block = prev;
+    }
+    if (Block* next = block->next; mergeable(next)) {
+      pool.erase(next);
+      block->size += next->size;
+      block->next = next->next;
+      if (block->next) block->next->prev = block;
+      drop_block(next);
     }
     pool.insert(block);
   }
@@ -246,8 +327,9 @@ private:
         ++stats_.num_cuda_free;
         stats_.reserved_bytes -= b->size;
         freed += b->size;
+        segments_.erase(b->ptr);
         it = pool->erase(it);
-        delete b;
+        drop_block(b);
       }
     }
     return freed;
@@ -266,8 +348,10 @@ private:
 
   int device_;
   std::mutex mutex_;
-  std::set<Block*, BlockOrder> small_pool_, large_pool_;
-  std::unordered_map<void*, Block*> active_;
+  NodePool nodes_;  // before the pools that allocate from it
+  BlockSet small_pool_, large_pool_;
+  std::map<char*, Block*> segments_;  // segment base -> its first block (for record_stream)
+  std::vector<Block*> spare_blocks_;
   std::deque<std::pair<cudaEvent_t, Block*>> pending_;
   std::vector<cudaEvent_t> event_pool_;
   MemoryStats stats_;
@@ -291,8 +375,8 @@ DeviceAllocator& allocator(int device) {
 Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream) {
   DeviceAllocator& a = allocator(device);
   if (nbytes == 0) return Storage(std::shared_ptr<void>(), 0, Device::cuda(device));
-  void* p = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle));
-  return Storage(std::shared_ptr<void>(p, [&a](void* q) { a.free(q); }), nbytes, Device::cuda(device));
+  Block* b = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle));
+  return Storage(std::shared_ptr<void>(b->ptr, [&a, b](void*) { a.free(b); }), nbytes, Device::cuda(device));
 }
 
 void record_stream(const Storage& storage, const StreamPtr& stream) {
