@@ -10,13 +10,15 @@ import brrr.backend;
 
 namespace brrr {
 
-Tensor empty(Shape shape, TensorOptions options) {
-  std::int64_t numel = checked_numel(shape, "empty");
+namespace {
+// empty() and full() under the name of the factory the user called, so errors name it.
+Tensor allocate(const char* op, Shape shape, TensorOptions options) {
+  std::int64_t numel = checked_numel(shape, op);
   if (options.pinned && !options.device.is_cpu())
-    throw Error(ErrorKind::device, "empty: pinned = true asks for page-locked host memory, but the device is " +
-                                       options.device.str());
+    throw Error(ErrorKind::device, std::string(op) + ": pinned = true asks for page-locked host memory, but the "
+                                       "device is " + options.device.str());
   if (numel > static_cast<std::int64_t>(SIZE_MAX / 16))
-    throw Error(ErrorKind::value, "empty: shape " + to_string(shape) + " is too large");
+    throw Error(ErrorKind::value, std::string(op) + ": shape " + to_string(shape) + " is too large");
   Storage storage = Storage::allocate(static_cast<std::size_t>(numel) * itemsize(options.dtype), options.device,
                                       options.pinned);
   Tensor t(std::move(storage), Layout::contiguous(std::move(shape)), options.dtype);
@@ -24,17 +26,20 @@ Tensor empty(Shape shape, TensorOptions options) {
   return t;
 }
 
-Tensor full(Shape shape, double value, TensorOptions options) {
+Tensor filled(const char* op, Shape shape, double value, TensorOptions options) {
   bool rg = options.requires_grad;
   options.requires_grad = false;
-  Tensor t = empty(std::move(shape), options);
+  Tensor t = allocate(op, std::move(shape), options);
   t.fill_(value);
   if (rg) t.requires_grad_(true);
   return t;
 }
+}  // namespace
 
-Tensor zeros(Shape shape, TensorOptions options) { return full(std::move(shape), 0.0, options); }
-Tensor ones(Shape shape, TensorOptions options) { return full(std::move(shape), 1.0, options); }
+Tensor empty(Shape shape, TensorOptions options) { return allocate("empty", std::move(shape), options); }
+Tensor full(Shape shape, double value, TensorOptions options) { return filled("full", std::move(shape), value, options); }
+Tensor zeros(Shape shape, TensorOptions options) { return filled("zeros", std::move(shape), 0.0, options); }
+Tensor ones(Shape shape, TensorOptions options) { return filled("ones", std::move(shape), 1.0, options); }
 
 Tensor arange(std::int64_t end, TensorOptions options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
 
@@ -46,10 +51,13 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
     throw Error(ErrorKind::value, text() + ": step must be non-zero and all bounds finite");
   if ((end - start) * step < 0)
     throw Error(ErrorKind::value, text() + ": the step points away from end");
-  auto count = static_cast<std::int64_t>(std::ceil((end - start) / step));
+  double n = std::ceil((end - start) / step);
+  if (!(n < 0x1p63))  // also catches an infinite (end - start) / step from finite bounds
+    throw Error(ErrorKind::value, text() + ": too many elements (ceil((end - start) / step) does not fit in int64)");
+  auto count = static_cast<std::int64_t>(n);
   bool rg = options.requires_grad;
   options.requires_grad = false;
-  Tensor t = empty({count}, options);
+  Tensor t = allocate("arange", {count}, options);
   if (count > 0) backend::backend_for(options.device).arange(backend::operand(t, "arange"), start, step);
   if (rg) t.requires_grad_(true);
   return t;
@@ -60,7 +68,7 @@ Tensor eye(std::int64_t n, std::int64_t m, TensorOptions options) {
   if (n < 0) throw Error(ErrorKind::value, "eye: n must be >= 0, got " + std::to_string(n));
   bool rg = options.requires_grad;
   options.requires_grad = false;
-  Tensor t = zeros({n, m}, options);
+  Tensor t = filled("eye", {n, m}, 0.0, options);
   std::int64_t diag = n < m ? n : m;
   // The diagonal is a strided view with stride m + 1: fill it in place.
   if (diag > 0) t.as_strided({diag}, {m + 1}, 0).fill_(1.0);

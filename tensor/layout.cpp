@@ -16,18 +16,19 @@ std::string to_string(const Shape& shape) {
 }
 
 std::int64_t checked_numel(const Shape& sizes, const char* op) {
-  std::int64_t n = 1;
-  for (std::int64_t s : sizes) {
+  for (std::int64_t s : sizes)
     if (s < 0)
       throw Error(ErrorKind::value, std::string(op) + ": negative size in shape " + to_string(sizes));
-    if (s != 0 && n > INT64_MAX / s)
+  // A zero-size dim makes numel 0 even if the others would overflow.
+  for (std::int64_t s : sizes)
+    if (s == 0) return 0;
+  std::int64_t n = 1;
+  for (std::int64_t s : sizes) {
+    if (n > INT64_MAX / s)
       throw Error(ErrorKind::value, std::string(op) + ": shape " + to_string(sizes) +
                                         " has more than 2^63 elements");
     n *= s;
   }
-  // A zero-size dim makes numel 0 even if the others would overflow.
-  for (std::int64_t s : sizes)
-    if (s == 0) return 0;
   return n;
 }
 
@@ -37,13 +38,17 @@ Layout Layout::contiguous(Shape sizes) {
   std::int64_t stride = 1;
   for (std::size_t i = sizes.size(); i-- > 0;) {
     l.strides[i] = stride;
-    stride *= sizes[i] > 1 ? sizes[i] : 1;
+    // Only an empty tensor ([2^40, 0, 2^40]) can overflow here, where strides don't matter.
+    if (__builtin_mul_overflow(stride, sizes[i] > 1 ? sizes[i] : 1, &stride)) stride = INT64_MAX;
   }
   l.sizes = std::move(sizes);
   return l;
 }
 
 std::int64_t Layout::numel() const {
+  // Zero first: [2^40, 2^40, 0] is empty, and the product of the others would overflow.
+  for (std::int64_t s : sizes)
+    if (s == 0) return 0;
   std::int64_t n = 1;
   for (std::int64_t s : sizes) n *= s;
   return n;

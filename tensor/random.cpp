@@ -13,6 +13,7 @@ void manual_seed(std::uint64_t seed) { backend::seed_all(seed); }
 namespace {
 Tensor draw(const char* op, Shape shape, TensorOptions options, backend::Distribution dist, std::int64_t low,
             std::int64_t high) {
+  checked_numel(shape, op);  // shape errors name the op the user called
   bool rg = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(std::move(shape), options);
@@ -47,6 +48,22 @@ Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions o
                                       std::to_string(low) + ")");
   if (options.dtype == DType::boolean)
     throw Error(ErrorKind::dtype, "randint: bool is not an integer dtype here; use rand() < p");
+  // Every value of [low, high) must be exact in the dtype, or a draw could land outside it
+  // (wrapped integers, rounded floats). Floats hold every integer up to 2^(significand bits).
+  std::int64_t lo = INT64_MIN, hi = INT64_MAX;
+  switch (options.dtype) {
+    case DType::f32: hi = std::int64_t{1} << 24; lo = -hi; break;
+    case DType::f64: hi = std::int64_t{1} << 53; lo = -hi; break;
+    case DType::bf16: hi = std::int64_t{1} << 8; lo = -hi; break;
+    case DType::f16: hi = std::int64_t{1} << 11; lo = -hi; break;
+    case DType::i32: hi = INT32_MAX; lo = INT32_MIN; break;
+    case DType::i64: break;
+    case DType::boolean: hi = 1; lo = 0; break;
+  }
+  if (low < lo || high - 1 > hi)
+    throw Error(ErrorKind::value, "randint: [" + std::to_string(low) + ", " + std::to_string(high) +
+                                      ") does not fit in " + to_string(options.dtype) + ", whose exact integers are [" +
+                                      std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return draw("randint", std::move(shape), options, backend::Distribution::integer, low, high);
 }
 

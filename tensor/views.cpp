@@ -40,8 +40,10 @@ Shape infer_size(const char* op, Shape shape, std::int64_t numel, const Shape& f
     } else if (shape[i] < 0) {
       throw Error(ErrorKind::shape, std::string(op) + ": invalid size " + std::to_string(shape[i]) + " in " +
                                         to_string(shape));
-    } else {
-      known *= shape[i];
+    } else if (__builtin_mul_overflow(known, shape[i], &known)) {
+      throw Error(ErrorKind::shape, std::string(op) + ": shape " + to_string(shape) + " is invalid for input " +
+                                        to_string(from) + " of size " + std::to_string(numel) +
+                                        " (its size overflows int64)");
     }
   }
   if (infer) {
@@ -62,9 +64,7 @@ Shape infer_size(const char* op, Shape shape, std::int64_t numel, const Shape& f
 std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape) {
   Shape out(new_shape.size(), 1);
   if (old_shape.empty()) return out;
-  std::int64_t numel = 1;
-  for (auto s : old_shape) numel *= s;
-  if (numel == 0) {
+  if (std::find(old_shape.begin(), old_shape.end(), 0) != old_shape.end()) {  // empty: any strides do
     if (old_shape == new_shape) return old_strides;
     return Layout::contiguous(new_shape).strides;
   }
@@ -144,7 +144,7 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
-  std::int64_t n = dim();
+  std::int64_t n = checked("t").layout.dim();
   if (n > 2)
     throw Error(ErrorKind::shape, "t: expects a tensor with <= 2 dims, got shape " + to_string(shape()) +
                                       "; use transpose(dim0, dim1)");
@@ -167,7 +167,7 @@ Tensor Tensor::slice(std::int64_t dim, std::int64_t start, std::int64_t end, std
   if (e < s) e = s;
   Layout l = i.layout;
   l.offset += s * l.strides[d];
-  l.sizes[d] = (e - s + step - 1) / step;
+  l.sizes[d] = e == s ? 0 : (e - s - 1) / step + 1;  // ceil((e - s) / step) without overflow
   l.strides[d] *= step;
   return make_view(*this, std::move(l));
 }
@@ -179,7 +179,7 @@ Tensor Tensor::narrow(std::int64_t dim, std::int64_t start, std::int64_t length)
   std::int64_t d = wrap_dim("narrow", dim, n, i.layout.sizes);
   std::int64_t size = i.layout.sizes[d];
   std::int64_t s = start < 0 ? start + size : start;
-  if (s < 0 || s > size || length < 0 || s + length > size)
+  if (s < 0 || s > size || length < 0 || length > size - s)
     throw Error(ErrorKind::index, "narrow: start " + std::to_string(start) + " length " + std::to_string(length) +
                                       " is out of range for dim " + std::to_string(d) + " of size " +
                                       std::to_string(size) + " (shape " + to_string(i.layout.sizes) + ")");
@@ -239,6 +239,7 @@ Tensor Tensor::expand(Shape shape) const {
 }
 
 Tensor Tensor::broadcast_to(Shape shape) const {
+  checked("broadcast_to");
   try {
     return expand(shape);
   } catch (const Error& e) {
@@ -306,7 +307,13 @@ Tensor Tensor::as_strided(Shape sizes, Shape strides, std::int64_t offset) const
   checked("as_strided");
   if (offset < 0)
     throw Error(ErrorKind::index, "as_strided: negative offset " + std::to_string(offset));
-  return make_view(*this, Layout{std::move(sizes), std::move(strides), offset});
+  try {
+    return make_view(*this, Layout{std::move(sizes), std::move(strides), offset});
+  } catch (const Error& e) {  // the layout checks of Tensor's constructor, named after this op
+    std::string what = e.what();
+    if (what.rfind("Tensor: ", 0) == 0) what.erase(0, 8);
+    throw Error(e.kind(), "as_strided: " + what);
+  }
 }
 
 Tensor Tensor::contiguous() const {
