@@ -35,6 +35,36 @@ Operand operand(const Tensor& t, const char* op);
 /// What a random fill draws.
 enum class Distribution : std::uint8_t { uniform, normal, integer };
 
+/// Geometry of a 2-D convolution/pooling window sweep over an [N, C, H, W] input.
+struct Window2d {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;        ///< input
+  std::int64_t kh = 1, kw = 1;                    ///< kernel
+  std::int64_t sh = 1, sw = 1;                    ///< stride
+  std::int64_t ph = 0, pw = 0;                    ///< padding (top/left; bottom/right as needed)
+  std::int64_t dh = 1, dw = 1;                    ///< dilation
+  std::int64_t out_h = 0, out_w = 0;              ///< output positions
+};
+
+/// Which update an optimizer_step applies (formulas in optim/, with their sources).
+enum class OptimizerKind : std::uint8_t { sgd, adam, adamw };
+
+/// One fused optimizer update over many same-dtype, contiguous tensors. Pointers per tensor:
+/// param, grad, and up to three state buffers (SGD: momentum; Adam/AdamW: exp_avg,
+/// exp_avg_sq, max_exp_avg_sq when amsgrad). Unused entries are nullptr.
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::sgd;
+  DType dtype = DType::f32;
+  int device = -1;
+  std::vector<void*> params, grads, state1, state2, state3;
+  std::vector<std::int64_t> numels;
+  double lr = 0, weight_decay = 0;
+  double momentum = 0, dampening = 0;       ///< SGD
+  bool nesterov = false, first_step = false;  ///< SGD: first_step initialises momentum = grad
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam/AdamW
+  double bias_correction1 = 1, bias_correction2 = 1;  ///< 1 - beta^t
+  bool amsgrad = false, maximize = false;
+};
+
 /// Elementwise functions of one operand. p0/p1 parameterise clamp (min, max; -inf/+inf when
 /// absent, NaN stays NaN).
 enum class UnaryOp : std::uint8_t {
@@ -94,6 +124,30 @@ public:
                       const Operand* indices) = 0;
   /// Batched matrix product (see GemmArgs).
   virtual void gemm(const GemmArgs& args) = 0;
+  /// Row softmax (log_softmax when `log`) over the last dim of contiguous [rows, cols]
+  /// operands, numerically stable (max subtracted; rows of -inf give NaN as PyTorch).
+  virtual void softmax(const Operand& out, const Operand& in, bool log) = 0;
+  /// out[i][j][k] = in[i][index[i][j][k]][k] for dim 1 (likewise for any dim); index i64 with
+  /// out's shape. Out-of-range indices: Error(index) on the CPU; on CUDA they are clamped
+  /// and reported through the deferred device error flag (ops/index.cpp).
+  virtual void gather(const Operand& out, const Operand& in, int dim, const Operand& index) = 0;
+  /// out[i][index[i][j][k]][k] += src[i][j][k] for dim 1 (likewise for any dim), in place.
+  /// deterministic: a fixed summation order (slower on CUDA) instead of atomics.
+  virtual void scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src,
+                           bool deterministic) = 0;
+  /// im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the
+  /// padding read `pad_value`.
+  virtual void im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) = 0;
+  /// col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W]
+  /// (contiguous, zeroed by the caller).
+  virtual void col2im(const Operand& out, const Operand& in, const Window2d& w) = 0;
+  /// Layer norm over the last dim of contiguous [rows, cols]: out = (x - mean) * rstd * w + b;
+  /// mean and rstd ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for
+  /// backward. weight/bias may be nullptr.
+  virtual void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
+                          const Operand* weight, const Operand* bias, double eps) = 0;
+  /// Updates every parameter of `step` in place (CUDA: a few launches for all tensors).
+  virtual void optimizer_step(const OptimizerStep& step) = 0;
 };
 
 /// The backend of `device`'s type.
@@ -377,6 +431,14 @@ namespace brrr::backend {
 
 class CpuBackend final : public Backend {
 public:
+  void softmax(const Operand& out, const Operand& in, bool log) override;
+  void gather(const Operand& out, const Operand& in, int dim, const Operand& index) override;
+  void scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic) override;
+  void im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) override;
+  void col2im(const Operand& out, const Operand& in, const Window2d& w) override;
+  void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
+                  const Operand* weight, const Operand* bias, double eps) override;
+  void optimizer_step(const OptimizerStep& step) override;
   void fill(const Operand& out, double value) override;
   void copy(const Operand& dst, const Operand& src) override;
   void arange(const Operand& out, double start, double step) override;
@@ -393,6 +455,14 @@ public:
 
 class CudaBackend final : public Backend {
 public:
+  void softmax(const Operand& out, const Operand& in, bool log) override;
+  void gather(const Operand& out, const Operand& in, int dim, const Operand& index) override;
+  void scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic) override;
+  void im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) override;
+  void col2im(const Operand& out, const Operand& in, const Window2d& w) override;
+  void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
+                  const Operand* weight, const Operand* bias, double eps) override;
+  void optimizer_step(const OptimizerStep& step) override;
   void fill(const Operand& out, double value) override;
   void copy(const Operand& dst, const Operand& src) override;
   void arange(const Operand& out, double start, double step) override;

@@ -3,6 +3,7 @@
 // ops/<family>.cpp (checks, output allocation, dispatch, backward rule); kernels live in
 // ops/cpu/ and ops/cuda/. All inputs of one op must be on one device (Error(device)).
 module;
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -204,6 +205,129 @@ bool allow_tf32();
 [[nodiscard]] std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim = 0);
 /// `chunks` views of ceil(size / chunks) elements along dim (fewer if the size is small).
 [[nodiscard]] std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim = 0);
+
+// ---------------------------------------------------------------------------------------
+// Neural-network ops (forward + backward on both backends)
+// ---------------------------------------------------------------------------------------
+
+/// softmax along `dim`: exp(x - max) / sum(exp(x - max)), one fused row kernel. A row of all
+/// -inf gives NaN; +inf gives NaN (PyTorch). Floating dtypes.
+[[nodiscard]] Tensor softmax(const Tensor& x, std::int64_t dim = -1);
+/// log_softmax along `dim`: x - max - log(sum(exp(x - max))), fused; -inf stays -inf.
+[[nodiscard]] Tensor log_softmax(const Tensor& x, std::int64_t dim = -1);
+
+/// How a loss reduces over elements.
+enum class Reduction : std::uint8_t { none, mean, sum };
+
+/// Options of cross_entropy.
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::mean;
+  /// Targets equal to it contribute nothing (and are not counted by the mean).
+  std::int64_t ignore_index = -100;
+  /// Mixes the one-hot target with the uniform distribution (Szegedy et al. 2016, "Rethinking
+  /// the Inception Architecture", section 7): loss = (1-e) nll + e * mean_c(-log p_c).
+  double label_smoothing = 0;
+};
+/// Cross entropy of logits [N, C] (or [C]) and class indices [N] (i64/i32): log_softmax then
+/// negative log likelihood. mean over non-ignored targets; all ignored gives NaN for mean, 0
+/// for sum. Error(index) for a target outside [0, C) (CUDA: deferred device error, see
+/// docs/semantics.md).
+[[nodiscard]] Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
+/// Negative log likelihood of log-probabilities [N, C] at class indices [N]; same options as
+/// cross_entropy (label_smoothing must be 0).
+[[nodiscard]] Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options = {});
+/// mean/sum/none of (input - target)^2; shapes broadcast.
+[[nodiscard]] Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+/// Binary cross entropy on logits, stable: max(x, 0) - x t + log(1 + exp(-|x|)); with
+/// pos_weight p: the positive term weighted by p (PyTorch's formula).
+[[nodiscard]] Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                                      Reduction reduction = Reduction::mean,
+                                                      const Tensor& pos_weight = {});
+
+/// Layer normalisation (Ba et al. 2016) over the trailing `normalized_shape` dims:
+/// (x - mean) / sqrt(var + eps) * weight + bias (biased variance); weight/bias optional, of
+/// normalized_shape. One fused row kernel forward.
+[[nodiscard]] Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                                const Tensor& bias = {}, double eps = 1e-5);
+
+/// Rows of `weight` [V, D] at `indices` (i32/i64, any shape) -> [..., D]. Backward is a
+/// scatter-add into weight's gradient (deterministic order when set_deterministic(true)).
+/// padding_idx: that row gets no gradient. Error(index) for an index outside [0, V).
+[[nodiscard]] Tensor embedding(const Tensor& weight, const Tensor& indices,
+                               std::optional<std::int64_t> padding_idx = std::nullopt);
+/// Values along `dim` at `index` (i64, same ndim as x; other dims <= x's): out has index's
+/// shape. Backward: scatter_add.
+[[nodiscard]] Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index);
+/// x with src added at `index` along dim (out of place). Backward: gather for src, identity
+/// for x.
+[[nodiscard]] Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);
+/// Slices of x along dim at the positions in the 1-D `index` (i32/i64).
+[[nodiscard]] Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
+/// x with `value` where the bool `mask` (broadcast) is true.
+[[nodiscard]] Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+/// The lower (upper) triangle of the last two dims; elements above (below) `diagonal` -> 0.
+[[nodiscard]] Tensor tril(const Tensor& x, std::int64_t diagonal = 0);
+[[nodiscard]] Tensor triu(const Tensor& x, std::int64_t diagonal = 0);
+/// i64 one-hot encoding [..., num_classes] of integer `indices`. num_classes must be given
+/// (> 0): inferring it would need a host sync.
+[[nodiscard]] Tensor one_hot(const Tensor& indices, std::int64_t num_classes);
+/// Zeroes elements with probability p and scales the rest by 1/(1-p) when training (identity
+/// otherwise). The mask comes from rand() with the seeded generator: the same on CPU and GPU.
+[[nodiscard]] Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+/// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed
+/// order instead of with atomics: reproducible to the bit, slower. Off by default.
+void set_deterministic(bool deterministic);
+bool deterministic();
+
+/// Options of conv2d.
+struct Conv2dOptions {
+  std::array<std::int64_t, 2> stride{1, 1};
+  std::array<std::int64_t, 2> padding{0, 0};
+  std::array<std::int64_t, 2> dilation{1, 1};
+  std::int64_t groups = 1;
+};
+/// 2-D convolution (cross-correlation, as PyTorch): input [N, C, H, W], weight
+/// [O, C/groups, kh, kw], bias [O] or undefined -> [N, O, out_h, out_w] with
+/// out = floor((H + 2p - d (k - 1) - 1) / s) + 1. im2col + GEMM.
+[[nodiscard]] Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
+                            Conv2dOptions options = {});
+/// Options of the 2-D pools.
+struct Pool2dOptions {
+  std::array<std::int64_t, 2> kernel_size{2, 2};
+  /// Default (nullopt): the kernel size.
+  std::optional<std::array<std::int64_t, 2>> stride;
+  std::array<std::int64_t, 2> padding{0, 0};
+  std::array<std::int64_t, 2> dilation{1, 1};  ///< max_pool2d only
+  /// Output size rounds up, but the last window must start inside the input or the left
+  /// padding (PyTorch's rule).
+  bool ceil_mode = false;
+  bool count_include_pad = true;  ///< avg_pool2d: padding counts in the divisor
+};
+/// Max over windows of [N, C, H, W] (or [C, H, W]); padding never wins (it is -inf).
+[[nodiscard]] Tensor max_pool2d(const Tensor& x, Pool2dOptions options);
+/// Average over windows.
+[[nodiscard]] Tensor avg_pool2d(const Tensor& x, Pool2dOptions options);
+/// Average pooling to a fixed output size: bin i spans [floor(i H / out), ceil((i+1) H / out)).
+[[nodiscard]] Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_size);
+/// im2col as an op (PyTorch F.unfold): [N, C, H, W] -> [N, C*kh*kw, L]. Backward: fold.
+[[nodiscard]] Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size,
+                            std::array<std::int64_t, 2> dilation = {1, 1},
+                            std::array<std::int64_t, 2> padding = {0, 0},
+                            std::array<std::int64_t, 2> stride = {1, 1});
+/// col2im as an op (PyTorch F.fold): [N, C*kh*kw, L] -> [N, C, H, W] summing overlaps.
+[[nodiscard]] Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size,
+                          std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> dilation = {1, 1},
+                          std::array<std::int64_t, 2> padding = {0, 0}, std::array<std::int64_t, 2> stride = {1, 1});
+
+// ---------------------------------------------------------------------------------------
+// In-place updates (no autograd recording; under NoGradGuard or on tensors without grad)
+// ---------------------------------------------------------------------------------------
+
+/// x += alpha * y in place (shapes broadcast into x). Bumps x's version.
+void add_(const Tensor& x, const Tensor& y, double alpha = 1.0);
+/// x *= y in place (y broadcast, e.g. a 0-d device scalar). Bumps x's version.
+void mul_(const Tensor& x, const Tensor& y);
+void mul_(const Tensor& x, Scalar y);
 
 // ---------------------------------------------------------------------------------------
 // Profiling

@@ -189,9 +189,11 @@ private:
 // Options
 // ---------------------------------------------------------------------------------------
 
-/// Options of factories: `zeros({2, 3}, {.dtype = DType::f64, .device = dev})`.
+/// Options of factories: `zeros({2, 3}, {.dtype = DType::f64, .device = dev})`. An unset
+/// dtype means the factory's default: f32, except i64 for arange(end) and randint (as in
+/// PyTorch).
 struct TensorOptions {
-  DType dtype = DType::f32;
+  std::optional<DType> dtype;
   Device device = Device::cpu();
   bool requires_grad = false;
   /// Page-locked host memory (CPU only), so that copies to a GPU can be asynchronous.
@@ -379,7 +381,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 /// Every element `value` (converted to options.dtype).
 [[nodiscard]] Tensor full(Shape shape, double value, TensorOptions options = {});
 /// [0, end) with step 1. Default dtype i64, as torch.arange with integer arguments.
-[[nodiscard]] Tensor arange(std::int64_t end, TensorOptions options = {.dtype = DType::i64});
+[[nodiscard]] Tensor arange(std::int64_t end, TensorOptions options = {});
 /// start, start+step, ... < end (> end for negative step): ceil((end-start)/step) elements.
 /// Throws Error(value) for step 0 or a step pointing away from end.
 [[nodiscard]] Tensor arange(double start, double end, double step = 1.0,
@@ -404,8 +406,7 @@ void manual_seed(std::uint64_t seed);
 /// rounded to the dtype. Floating dtypes only.
 [[nodiscard]] Tensor randn(Shape shape, TensorOptions options = {});
 /// Uniform integers in [low, high). Default dtype i64. Throws Error(value) if high <= low.
-[[nodiscard]] Tensor randint(std::int64_t low, std::int64_t high, Shape shape,
-                             TensorOptions options = {.dtype = DType::i64});
+[[nodiscard]] Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions options = {});
 
 // ---------------------------------------------------------------------------------------
 // Autograd core: graph nodes, saved tensors, grad mode. The engine is in brrr.autograd.

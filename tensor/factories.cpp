@@ -13,15 +13,16 @@ namespace brrr {
 namespace {
 // empty() and full() under the name of the factory the user called, so errors name it.
 Tensor allocate(const char* op, Shape shape, TensorOptions options) {
+  DType dtype = options.dtype.value_or(DType::f32);
   std::int64_t numel = checked_numel(shape, op);
   if (options.pinned && !options.device.is_cpu())
     throw Error(ErrorKind::device, std::string(op) + ": pinned = true asks for page-locked host memory, but the "
                                        "device is " + options.device.str());
   if (numel > static_cast<std::int64_t>(SIZE_MAX / 16))
     throw Error(ErrorKind::value, std::string(op) + ": shape " + to_string(shape) + " is too large");
-  Storage storage = Storage::allocate(static_cast<std::size_t>(numel) * itemsize(options.dtype), options.device,
+  Storage storage = Storage::allocate(static_cast<std::size_t>(numel) * itemsize(dtype), options.device,
                                       options.pinned);
-  Tensor t(std::move(storage), Layout::contiguous(std::move(shape)), options.dtype);
+  Tensor t(std::move(storage), Layout::contiguous(std::move(shape)), dtype);
   if (options.requires_grad) t.requires_grad_(true);
   return t;
 }
@@ -41,7 +42,10 @@ Tensor full(Shape shape, double value, TensorOptions options) { return filled("f
 Tensor zeros(Shape shape, TensorOptions options) { return filled("zeros", std::move(shape), 0.0, options); }
 Tensor ones(Shape shape, TensorOptions options) { return filled("ones", std::move(shape), 1.0, options); }
 
-Tensor arange(std::int64_t end, TensorOptions options) { return arange(0.0, static_cast<double>(end), 1.0, options); }
+Tensor arange(std::int64_t end, TensorOptions options) {
+  if (!options.dtype) options.dtype = DType::i64;
+  return arange(0.0, static_cast<double>(end), 1.0, options);
+}
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
   auto text = [&] {

@@ -14,13 +14,14 @@ namespace {
 Tensor draw(const char* op, Shape shape, TensorOptions options, backend::Distribution dist, std::int64_t low,
             std::int64_t high) {
   checked_numel(shape, op);  // shape errors name the op the user called
+  DType dtype = *options.dtype;  // resolved by the callers
   bool rg = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(std::move(shape), options);
   if (t.numel() > 0) {
     backend::GeneratorState& gen = backend::generator(options.device);
     backend::backend_for(options.device).random(backend::operand(t, op), dist, gen.seed, gen.offset, low, high);
-    gen.offset += backend::random_words(dist, options.dtype, t.numel());
+    gen.offset += backend::random_words(dist, dtype, t.numel());
   }
   if (rg) t.requires_grad_(true);
   return t;
@@ -33,12 +34,14 @@ void require_float(const char* op, DType dtype) {
 }  // namespace
 
 Tensor rand(Shape shape, TensorOptions options) {
-  require_float("rand", options.dtype);
+  options.dtype = options.dtype.value_or(DType::f32);
+  require_float("rand", *options.dtype);
   return draw("rand", std::move(shape), options, backend::Distribution::uniform, 0, 0);
 }
 
 Tensor randn(Shape shape, TensorOptions options) {
-  require_float("randn", options.dtype);
+  options.dtype = options.dtype.value_or(DType::f32);
+  require_float("randn", *options.dtype);
   return draw("randn", std::move(shape), options, backend::Distribution::normal, 0, 0);
 }
 
@@ -46,12 +49,13 @@ Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions o
   if (high <= low)
     throw Error(ErrorKind::value, "randint: high (" + std::to_string(high) + ") must be greater than low (" +
                                       std::to_string(low) + ")");
-  if (options.dtype == DType::boolean)
+  options.dtype = options.dtype.value_or(DType::i64);
+  if (*options.dtype == DType::boolean)
     throw Error(ErrorKind::dtype, "randint: bool is not an integer dtype here; use rand() < p");
   // Every value of [low, high) must be exact in the dtype, or a draw could land outside it
   // (wrapped integers, rounded floats). Floats hold every integer up to 2^(significand bits).
   std::int64_t lo = INT64_MIN, hi = INT64_MAX;
-  switch (options.dtype) {
+  switch (*options.dtype) {
     case DType::f32: hi = std::int64_t{1} << 24; lo = -hi; break;
     case DType::f64: hi = std::int64_t{1} << 53; lo = -hi; break;
     case DType::bf16: hi = std::int64_t{1} << 8; lo = -hi; break;
@@ -62,7 +66,7 @@ Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions o
   }
   if (low < lo || high - 1 > hi)
     throw Error(ErrorKind::value, "randint: [" + std::to_string(low) + ", " + std::to_string(high) +
-                                      ") does not fit in " + to_string(options.dtype) + ", whose exact integers are [" +
+                                      ") does not fit in " + to_string(*options.dtype) + ", whose exact integers are [" +
                                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return draw("randint", std::move(shape), options, backend::Distribution::integer, low, high);
 }

@@ -1,0 +1,9 @@
+// Placeholder: replaced by the family's implementation.
+module;
+#include <cstdint>
+module brrr.backend;
+import brrr.tensor;
+namespace brrr::backend {
+void CudaBackend::gather(const Operand&, const Operand&, int, const Operand&) { throw Error(ErrorKind::value, "not implemented yet"); }
+void CudaBackend::scatter_add(const Operand&, int, const Operand&, const Operand&, bool) { throw Error(ErrorKind::value, "not implemented yet"); }
+}  // namespace brrr::backend
