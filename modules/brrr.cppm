@@ -5,3 +5,6 @@ export import brrr.cuda;
 export import brrr.ops;
 export import brrr.autograd;
 export import brrr.testing;
+export import brrr.nn;
+export import brrr.optim;
+export import brrr.io;

@@ -348,6 +348,10 @@ public:
   void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
   /// The same numbers (shared storage) cut from the graph: a leaf with requires_grad false.
   [[nodiscard]] Tensor detach() const;
+  /// Makes this handle (and every copy of it) refer to `other`'s storage, layout and dtype,
+  /// keeping its autograd identity (requires_grad, grad): PyTorch's `param.data = other`.
+  /// Used by Module::to() so that optimizers holding the parameters stay valid.
+  void set_data(const Tensor& other) const;
   /// For op implementations: makes this tensor output `output_nr` of `fn`.
   void set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr = 0) const;
 

@@ -160,6 +160,21 @@ void Tensor::set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t outpu
   i.requires_grad = false;
 }
 
+void Tensor::set_data(const Tensor& other) const {
+  Impl& i = const_cast<Impl&>(checked("set_data"));
+  if (!other.defined()) throw Error(ErrorKind::value, "set_data: the new data is an undefined tensor");
+  if (i.grad_fn)
+    throw Error(ErrorKind::autograd, "set_data: only leaves can have their data replaced (this tensor was made by " +
+                                         i.grad_fn->name() + ")");
+  const Impl& o = *other.impl_;
+  if (i.requires_grad && !is_floating_point(o.dtype))
+    throw Error(ErrorKind::dtype, std::string("set_data: a tensor that requires grad cannot hold ") + to_string(o.dtype));
+  i.storage = o.storage;
+  i.layout = o.layout;
+  i.dtype = o.dtype;
+  if (i.grad.defined() && (i.grad.device() != o.storage.device() || i.grad.dtype() != o.dtype)) i.grad = Tensor();
+}
+
 Tensor Tensor::detach() const {
   const Impl& i = checked("detach");
   auto impl = std::make_shared<Impl>();

@@ -1,0 +1,240 @@
+// brrr.nn — modules (layers with parameters), initialisation and state dicts. A module is a
+// cheap handle (shared ownership) to its implementation, like a torch::nn::ModuleHolder:
+// copying an nn::Linear copies the handle, and both see the same parameters.
+module;
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+export module brrr.nn;
+import brrr.tensor;
+import brrr.ops;
+
+export namespace brrr::nn {
+
+/// Parameters and buffers by dotted name ("0.weight", "attn.qkv.bias"), sorted.
+using StateDict = std::map<std::string, Tensor>;
+
+/// The state behind a module handle. Subclass it for a custom layer: register parameters,
+/// buffers and children in the constructor and override forward().
+class ModuleImpl {
+public:
+  virtual ~ModuleImpl() = default;
+  /// The module's computation. The default throws Error(value) (containers override it).
+  virtual Tensor forward(const Tensor& input);
+  /// A short description, e.g. "Linear(in_features=784, out_features=10, bias=true)".
+  virtual std::string name() const = 0;
+
+  /// Adds a parameter: a leaf that requires grad (floating dtypes). Returns it.
+  Tensor& register_parameter(const std::string& name, Tensor tensor);
+  /// Adds a buffer: state saved in the state dict but not trained (e.g. running stats).
+  Tensor& register_buffer(const std::string& name, Tensor tensor);
+  /// Adds a child module (its parameters appear under "name.").
+  void register_module(const std::string& name, std::shared_ptr<ModuleImpl> child);
+
+  std::vector<std::pair<std::string, Tensor>>& own_parameters() { return parameters_; }
+  std::vector<std::pair<std::string, Tensor>>& own_buffers() { return buffers_; }
+  std::vector<std::pair<std::string, std::shared_ptr<ModuleImpl>>>& own_children() { return children_; }
+  bool training = true;
+
+private:
+  std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<ModuleImpl>>> children_;
+};
+
+/// A handle to any module. Every concrete module (Linear, ReLU, Sequential, ...) converts
+/// to it, so containers hold heterogeneous layers.
+class Module {
+public:
+  Module() = default;
+  explicit Module(std::shared_ptr<ModuleImpl> impl) : impl_(std::move(impl)) {}
+
+  /// forward(input). Throws Error(value) on an empty handle.
+  Tensor operator()(const Tensor& input) const;
+  Tensor forward(const Tensor& input) const { return (*this)(input); }
+
+  /// All parameters, depth-first in registration order (this module's first).
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  /// Direct children, in registration order.
+  std::vector<std::pair<std::string, Module>> named_children() const;
+  std::vector<Module> children() const;
+
+  /// Training mode (dropout active) or evaluation mode; recursive. Returns *this.
+  const Module& train(bool on = true) const;
+  const Module& eval() const { return train(false); }
+  bool is_training() const;
+
+  /// Moves/converts every parameter and buffer in place (Tensor::set_data), so optimizers
+  /// built before keep working. Gradients are dropped if they no longer match.
+  const Module& to(Device device) const;
+  /// Converts floating parameters and buffers to `dtype`.
+  const Module& to(DType dtype) const;
+
+  /// Parameters and buffers by dotted name.
+  StateDict state_dict() const;
+  /// Copies values from `state` into the existing parameters/buffers in place (any device or
+  /// dtype converts). strict: Error(value) listing missing and unexpected keys; a shape
+  /// mismatch is always Error(shape) naming the key and both shapes.
+  void load_state_dict(const StateDict& state, bool strict = true) const;
+
+  /// Sum of parameter numels.
+  std::int64_t num_parameters() const;
+  /// A tree of the modules' names, like print(model) in PyTorch.
+  std::string to_string() const;
+
+  bool defined() const { return impl_ != nullptr; }
+  const std::shared_ptr<ModuleImpl>& impl() const { return impl_; }
+
+protected:
+  std::shared_ptr<ModuleImpl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Initialisation (in place, under NoGradGuard, from the seeded generator of the tensor's
+// device: the same seed gives the same weights on CPU and GPU). Formulas: Glorot & Bengio
+// 2010 (xavier), He et al. 2015 (kaiming), as in torch.nn.init.
+// ---------------------------------------------------------------------------------------
+
+namespace init {
+/// fan_in = size(1) * receptive field, fan_out = size(0) * receptive field (>= 2-D tensors).
+std::pair<std::int64_t, std::int64_t> fan_in_and_fan_out(const Tensor& t);
+/// Recommended gain: linear/sigmoid 1, tanh 5/3, relu sqrt(2), leaky_relu sqrt(2/(1+a^2)).
+double calculate_gain(const std::string& nonlinearity, double param = 0.01);
+void uniform_(const Tensor& t, double low = 0, double high = 1);
+void normal_(const Tensor& t, double mean = 0, double std = 1);
+void constant_(const Tensor& t, double value);
+void zeros_(const Tensor& t);
+void ones_(const Tensor& t);
+/// U(-a, a), a = gain * sqrt(6 / (fan_in + fan_out)).
+void xavier_uniform_(const Tensor& t, double gain = 1);
+/// N(0, std^2), std = gain * sqrt(2 / (fan_in + fan_out)).
+void xavier_normal_(const Tensor& t, double gain = 1);
+/// U(-b, b), b = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a); mode "fan_in"
+/// or "fan_out".
+void kaiming_uniform_(const Tensor& t, double a = 0, const std::string& mode = "fan_in",
+                      const std::string& nonlinearity = "leaky_relu");
+/// N(0, std^2), std = gain / sqrt(fan).
+void kaiming_normal_(const Tensor& t, double a = 0, const std::string& mode = "fan_in",
+                     const std::string& nonlinearity = "leaky_relu");
+}  // namespace init
+
+// ---------------------------------------------------------------------------------------
+// Layers. Each is a handle class; construct on the CPU (the seeded init is identical on
+// every device), then .to(device).
+// ---------------------------------------------------------------------------------------
+
+/// y = x W^T + b: [..., in] -> [..., out]. W [out, in] ~ kaiming_uniform(a = sqrt 5), b ~
+/// U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's defaults).
+class Linear : public Module {
+public:
+  Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
+  Tensor weight() const;
+  Tensor bias() const;  ///< undefined when bias = false
+};
+
+/// 2-D convolution [N, C, H, W] -> [N, O, H', W'] (see brrr::conv2d). Weight
+/// [O, C/groups, kh, kw] and bias initialised like PyTorch's Conv2d.
+class Conv2d : public Module {
+public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<std::int64_t, 2> kernel_size,
+         Conv2dOptions options = {}, bool bias = true);
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv2dOptions options = {},
+         bool bias = true);
+  Tensor weight() const;
+  Tensor bias() const;
+};
+
+/// brrr::max_pool2d with fixed options.
+class MaxPool2d : public Module {
+public:
+  explicit MaxPool2d(Pool2dOptions options);
+  explicit MaxPool2d(std::int64_t kernel_size);
+};
+
+/// Flattens dims start..end (default: all but the batch dim).
+class Flatten : public Module {
+public:
+  explicit Flatten(std::int64_t start_dim = 1, std::int64_t end_dim = -1);
+};
+
+class ReLU : public Module {
+public:
+  ReLU();
+};
+class GELU : public Module {
+public:
+  /// approximate: "none" (erf) or "tanh".
+  explicit GELU(std::string approximate = "none");
+};
+class Tanh : public Module {
+public:
+  Tanh();
+};
+class Sigmoid : public Module {
+public:
+  Sigmoid();
+};
+
+/// Dropout with probability p in training mode; identity in eval mode.
+class Dropout : public Module {
+public:
+  explicit Dropout(double p = 0.5);
+};
+
+/// Layer norm over the trailing `normalized_shape` with learnable weight (ones) and bias
+/// (zeros) when elementwise_affine.
+class LayerNorm : public Module {
+public:
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  Tensor weight() const;
+  Tensor bias() const;
+};
+
+/// A lookup table [num_embeddings, embedding_dim] ~ N(0, 1) (row padding_idx zeroed).
+class Embedding : public Module {
+public:
+  Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
+            std::optional<std::int64_t> padding_idx = std::nullopt);
+  Tensor weight() const;
+};
+
+/// Causal multi-head self-attention (Vaswani et al. 2017) over [B, T, E]: one Linear to
+/// q, k, v ([E] -> [3E]), softmax(q k^T / sqrt(E/heads) + causal mask) v per head, output
+/// Linear. Position t attends to positions <= t.
+class CausalSelfAttention : public Module {
+public:
+  CausalSelfAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout = 0.0, bool bias = true);
+};
+
+/// Applies its modules in order.
+class Sequential : public Module {
+public:
+  Sequential();
+  Sequential(std::initializer_list<Module> modules);
+  /// Appends a module (named by its index). Returns *this.
+  Sequential& push_back(const Module& module);
+  std::size_t size() const;
+  Module operator[](std::size_t index) const;
+};
+
+/// A module from a function with no parameters, e.g. Lambda([](const Tensor& x) { ... }).
+class Lambda : public Module {
+public:
+  explicit Lambda(std::function<Tensor(const Tensor&)> fn, std::string name = "Lambda");
+};
+
+/// Saves the module's state dict to a safetensors file (atomic: temp file + rename).
+void save(const Module& module, const std::string& path);
+/// Loads a safetensors file into the module (load_state_dict, strict).
+void load(const Module& module, const std::string& path);
+
+}  // namespace brrr::nn
