@@ -41,3 +41,108 @@ int binary_scalar(int op, const Strided& out, const Strided& a, double s, bool s
 int where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b, void* stream);
 
 }  // namespace brrr::kernels
+
+// ---- Reductions (ops/cuda/reduce.cu) ----------------------------------------------------
+#include <cstddef>
+
+namespace brrr::kernels {
+
+/// Device workspace (bytes) that reduce() needs for these operands; 0 when none. A host-only
+/// computation (no CUDA call that waits). op: 0 sum, 1 max, 2 min (backend::ReduceOp's order).
+std::size_t reduce_workspace_bytes(int op, const Strided& out, const Strided& in, std::uint32_t dims_mask,
+                                   const Strided* indices, int device);
+/// Reduces `in` over the dims set in dims_mask into `out` (same ndim, size 1 on reduced dims)
+/// and, for max/min with a single reduced dim, the i64 index of the first extreme into
+/// `indices`. out's dtype: sum -> the input's for floats (or f32 for bf16/f16 inputs),
+/// i64 for integers and bool; max/min -> the input's. NaN propagates through max/min.
+/// `workspace` holds at least reduce_workspace_bytes(...) bytes of device memory, usable in
+/// stream order on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue for
+/// operands that do not fit these rules).
+int reduce(int op, const Strided& out, const Strided& in, std::uint32_t dims_mask, const Strided* indices,
+           void* workspace, std::size_t workspace_bytes, int device, void* stream);
+
+}  // namespace brrr::kernels
+
+// ---- Indexing: gather / scatter_add (ops/cuda/index.cu) ---------------------------------
+#include <cstddef>
+
+namespace brrr::kernels {
+
+/// out[p] = in[p with coordinate `dim` replaced by index[p]] for every position p of out
+/// (index has out's shape, i32 or i64; in has out's ndim and dtype, sizes >= out's except
+/// along dim). An index outside [0, in.sizes[dim]) is clamped into it and `error_code` is
+/// stored into `*error_flag` (device-visible host memory, read after the next sync).
+/// cudaErrorInvalidValue when in.sizes[dim] == 0 but out is not empty.
+int gather(const Strided& out, const Strided& in, int dim, const Strided& index, int* error_flag, int error_code,
+           void* stream);
+/// out[p with coordinate `dim` replaced by index[p]] += src[p] for every position p of index
+/// (src has index's shape and out's dtype; not bool), with atomics: the summation order of
+/// duplicates varies from run to run for floating types. Out-of-range indices as in gather.
+int scatter_add_atomic(const Strided& out, int dim, const Strided& index, const Strided& src, int* error_flag,
+                       int error_code, void* stream);
+/// Device workspace (bytes) that scatter_add_sorted needs for these operands. A host-only
+/// computation (CUB's size query; nothing is launched or waited for) on the current device.
+std::size_t scatter_add_sorted_workspace_bytes(const Strided& out, const Strided& index);
+/// scatter_add in a fixed order, reproducible to the bit: the (destination, position) pairs
+/// are sorted with cub::DeviceRadixSort (stable, so equal destinations keep position order),
+/// then one thread per destination adds its sources in position order, rounding to out's
+/// dtype after each addition exactly as the CPU backend's sequential loop does.
+int scatter_add_sorted(const Strided& out, int dim, const Strided& index, const Strided& src, void* workspace,
+                       std::size_t workspace_bytes, int* error_flag, int error_code, void* stream);
+
+}  // namespace brrr::kernels
+
+// ---- Row ops: softmax, log_softmax, layer_norm (ops/cuda/rows.cu) ----------------------
+
+namespace brrr::kernels {
+
+/// Softmax (log_softmax when `log`) over each row of contiguous [rows, cols] `in` into
+/// `out` (same dtype: f32/f64/bf16/f16; arithmetic in f32, f64 for f64). Rows of all -inf
+/// and rows holding +inf or NaN give NaN (PyTorch). Returns a cudaError_t as int
+/// (cudaErrorInvalidValue for an integer dtype).
+int softmax_rows(void* out, const void* in, ScalarType dtype, std::int64_t rows, std::int64_t cols, bool log,
+                 void* stream);
+/// Layer norm over each row of contiguous [rows, cols] `in`: out = (x - mean) * rstd * w + b
+/// with the biased variance and rstd = 1 / sqrt(var + eps). `mean` and `rstd` ([rows]) are
+/// f32 for f32/bf16/f16 inputs and f64 for f64; `weight`/`bias` ([cols], in's dtype) may be
+/// nullptr. Returns a cudaError_t as int.
+int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
+                    ScalarType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
+
+// ---- im2col / col2im (ops/cuda/im2col.cu) ----
+
+/// Mirrors backend::Window2d: the window sweep over an [N, C, H, W] input.
+struct Window {
+  std::int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, out_h, out_w;
+};
+/// out (contiguous [N, C*kh*kw, out_h*out_w]) from in ([N, C, H, W], any strides).
+int im2col(const Strided& out, const Strided& in, const Window& g, double pad_value, void* stream);
+/// out (contiguous [N, C, H, W]) = sum of the column entries that read each cell.
+int col2im(const Strided& out, const Strided& col, const Window& g, void* stream);
+
+}  // namespace brrr::kernels
+
+// ---- Optimizer updates: SGD, Adam, AdamW (ops/cuda/optimizer.cu) ------------------------
+#include <cstddef>
+
+namespace brrr::kernels {
+
+/// Hyperparameters of one fused optimizer update (backend::OptimizerStep without its tensor
+/// lists), host numbers passed by value: kind 0 SGD, 1 Adam, 2 AdamW (decoupled decay).
+/// bias_correction1/2 are 1 - beta^t.
+struct OptimizerHyper {
+  int kind;
+  double lr, weight_decay, momentum, dampening, beta1, beta2, eps, bias_correction1, bias_correction2;
+  bool nesterov, first_step, amsgrad, maximize;
+};
+/// Updates `count` contiguous tensors of one floating `dtype` in place: params[k], grads[k]
+/// and the state buffers (SGD: state1 = momentum, nullptr without momentum; Adam/AdamW:
+/// state1 = exp_avg, state2 = exp_avg_sq, state3 = max_exp_avg_sq or nullptr without
+/// amsgrad) of numels[k] elements each; the pointer arrays are host memory, read before
+/// returning. One multi-tensor launch per 48 tensors on `stream`; arithmetic in f32 (f64 for
+/// f64). Returns a cudaError_t as int (cudaErrorInvalidValue for an integer dtype).
+int optimizer_step(const OptimizerHyper& hyper, ScalarType dtype, void* const* params, void* const* grads,
+                   void* const* state1, void* const* state2, void* const* state3, const std::int64_t* numels,
+                   std::size_t count, void* stream);
+
+}  // namespace brrr::kernels
