@@ -8,3 +8,4 @@ export import brrr.testing;
 export import brrr.nn;
 export import brrr.optim;
 export import brrr.io;
+export import brrr.data;

@@ -1,0 +1,94 @@
+// IDX files (the MNIST format) through zlib's gzread, which reads .gz and plain files alike.
+module;
+#include <zlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+module brrr.data;
+import brrr.tensor;
+
+namespace brrr::data {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::io, "read_idx: " + path + ": " + what);
+}
+
+struct GzFile {
+  gzFile f = nullptr;
+  ~GzFile() {
+    if (f) gzclose(f);
+  }
+};
+
+// Reads exactly n bytes or fails naming what was being read.
+void read_exact(gzFile f, void* dst, std::size_t n, const std::string& path, const char* what) {
+  auto* p = static_cast<unsigned char*>(dst);
+  while (n > 0) {
+    unsigned chunk = n > (1u << 30) ? (1u << 30) : static_cast<unsigned>(n);
+    int got = gzread(f, p, chunk);
+    if (got < 0) {
+      int err = 0;
+      const char* msg = gzerror(f, &err);
+      fail(path, std::string("corrupt data while reading the ") + what + " (" + (msg ? msg : "zlib error") + ")");
+    }
+    if (got == 0) fail(path, std::string("truncated: the file ends inside the ") + what);
+    p += got;
+    n -= static_cast<std::size_t>(got);
+  }
+}
+
+}  // namespace
+
+Tensor read_idx(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path)) fail(path, "no such file");
+  GzFile file;
+  file.f = gzopen(path.c_str(), "rb");
+  if (!file.f) fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
+  unsigned char magic[4];
+  read_exact(file.f, magic, 4, path, "magic number");
+  if (magic[0] != 0 || magic[1] != 0)
+    fail(path, "bad magic number (not an IDX file: the first two bytes must be 0)");
+  if (magic[2] != 0x08)
+    fail(path, "unsupported IDX element type 0x" + std::to_string(magic[2]) + " (only unsigned bytes, 0x08)");
+  int ndim = magic[3];
+  if (ndim < 1 || ndim > 4) fail(path, "unsupported number of dimensions " + std::to_string(ndim));
+  Shape dims(static_cast<std::size_t>(ndim));
+  std::int64_t count = 1;
+  for (int d = 0; d < ndim; ++d) {
+    unsigned char b[4];
+    read_exact(file.f, b, 4, path, "dimensions");
+    dims[d] = (std::int64_t(b[0]) << 24) | (std::int64_t(b[1]) << 16) | (std::int64_t(b[2]) << 8) | b[3];
+    if (dims[d] <= 0 || dims[d] > (1 << 28)) fail(path, "implausible dimension " + std::to_string(dims[d]));
+    count *= dims[d];
+    if (count > (std::int64_t(1) << 34)) fail(path, "dimensions describe more than 16 GiB of data");
+  }
+  // A compressed file cannot be sized up front: read in chunks so a lying header fails on
+  // truncation instead of allocating what it claims.
+  std::vector<unsigned char> bytes;
+  bytes.reserve(static_cast<std::size_t>(std::min<std::int64_t>(count, 64 << 20)));
+  constexpr std::size_t chunk = 1 << 20;
+  for (std::int64_t done = 0; done < count;) {
+    std::size_t n = static_cast<std::size_t>(std::min<std::int64_t>(chunk, count - done));
+    bytes.resize(bytes.size() + n);
+    read_exact(file.f, bytes.data() + done, n, path, "data (the header's dimensions promise more bytes)");
+    done += static_cast<std::int64_t>(n);
+  }
+  unsigned char extra;
+  if (gzread(file.f, &extra, 1) > 0)
+    fail(path, "longer than its dimensions " + to_string(dims) + " say (trailing data)");
+
+  if (ndim == 1) {
+    std::vector<std::int64_t> labels(bytes.begin(), bytes.end());
+    return Tensor::from_vector(labels, dims);
+  }
+  std::vector<float> values(bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) values[i] = static_cast<float>(bytes[i]) / 255.0f;
+  return Tensor::from_vector(values, dims);
+}
+
+}  // namespace brrr::data
