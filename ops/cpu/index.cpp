@@ -1,9 +1,126 @@
-// Placeholder: replaced by the family's implementation.
+// CPU kernels of the indexing ops: gather and scatter_add (behind gather, scatter_add,
+// index_select, embedding and one_hot; ops/index.cpp). Indices may be i32 or i64; an index
+// outside [0, size) throws Error(index) naming the op the thread is running (set by the op
+// layer), the index, the dim and its size. scatter_add adds in row-major order of the index,
+// rounding to the element type after each addition, so it is always deterministic.
 module;
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
 module brrr.backend;
 import brrr.tensor;
+
+extern "C++" {
+namespace brrr::index_errors {
+enum : int { none = 0, embedding = 1, gather = 2, scatter_add = 3, index_select = 4, one_hot = 5, nll_target = 6 };
+int exchange_current_op(int code) noexcept;
+int current_op(int fallback) noexcept;
+const char* op_name(int code) noexcept;
+}  // namespace brrr::index_errors
+}
+
 namespace brrr::backend {
-void CpuBackend::gather(const Operand&, const Operand&, int, const Operand&) { throw Error(ErrorKind::value, "not implemented yet"); }
-void CpuBackend::scatter_add(const Operand&, int, const Operand&, const Operand&, bool) { throw Error(ErrorKind::value, "not implemented yet"); }
+
+using namespace cpu;
+
+namespace {
+
+bool is_index_dtype(DType d) { return d == DType::i32 || d == DType::i64; }
+
+[[noreturn]] void out_of_range(int fallback_code, std::int64_t k, int dim, std::int64_t size) {
+  throw Error(ErrorKind::index, std::string(index_errors::op_name(index_errors::current_op(fallback_code))) +
+                                    ": index " + std::to_string(k) + " is out of range for dim " +
+                                    std::to_string(dim) + " of size " + std::to_string(size) +
+                                    " (expected 0 <= index < " + std::to_string(size) + ")");
+}
+
+[[noreturn]] void bad_operands(const char* what, const Operand& out, const Operand& index) {
+  throw Error(ErrorKind::value, std::string("CpuBackend::") + what + ": invalid operands (out " +
+                                    std::to_string(out.ndim) + "-d " + to_string(out.dtype) + ", index " +
+                                    std::to_string(index.ndim) + "-d " + to_string(index.dtype) + ")");
+}
+
+// Calls f(I*) with the index element type.
+template <class F> void with_index(DType d, F&& f) {
+  if (d == DType::i32) f(static_cast<const std::int32_t*>(nullptr));
+  else f(static_cast<const std::int64_t*>(nullptr));
+}
+
+// `base` seen with `shape`'s sizes and stride 0 along dim: iterating it next to index gives
+// the offset of every coordinate except dim's, to which index * stride[dim] is added.
+Operand along(const Operand& base, const Operand& shape, int dim) {
+  Operand v = base;
+  v.ndim = shape.ndim;
+  v.numel = shape.numel;
+  for (int d = 0; d < shape.ndim; ++d) {
+    v.sizes[d] = shape.sizes[d];
+    v.strides[d] = d == dim ? 0 : base.strides[d];
+  }
+  return v;
+}
+
+template <class E, class I>
+void gather_loop(const Operand& out, const Operand& in, int dim, const Operand& index) {
+  auto* o = static_cast<E*>(out.data);
+  const auto* x = static_cast<const E*>(in.data);
+  const auto* ix = static_cast<const I*>(index.data);
+  const std::int64_t size = in.sizes[dim], stride = in.strides[dim];
+  Operand view = along(in, out, dim);
+  const Operand* ops[3] = {&out, &index, &view};
+  for_each(ops, [&](const std::int64_t* off) {
+    std::int64_t k = static_cast<std::int64_t>(ix[off[1]]);
+    if (k < 0 || k >= size) out_of_range(index_errors::gather, k, dim, size);
+    o[off[0]] = x[off[2] + k * stride];
+  });
+}
+
+}  // namespace
+
+void CpuBackend::gather(const Operand& out, const Operand& in, int dim, const Operand& index) {
+  if (out.numel == 0) return;
+  if (!is_index_dtype(index.dtype) || in.dtype != out.dtype || index.ndim != out.ndim || in.ndim != out.ndim ||
+      dim < 0 || dim >= out.ndim)
+    bad_operands("gather", out, index);
+  for (int d = 0; d < out.ndim; ++d)
+    if (index.sizes[d] != out.sizes[d]) bad_operands("gather", out, index);
+  with_index(index.dtype, [&]<class I>(const I*) {
+    switch (itemsize(out.dtype)) {
+      case 1: return gather_loop<std::uint8_t, I>(out, in, dim, index);
+      case 2: return gather_loop<std::uint16_t, I>(out, in, dim, index);
+      case 4: return gather_loop<std::uint32_t, I>(out, in, dim, index);
+      default: return gather_loop<std::uint64_t, I>(out, in, dim, index);
+    }
+  });
+}
+
+void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool) {
+  if (index.numel == 0) return;
+  if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim ||
+      dim < 0 || dim >= out.ndim)
+    bad_operands("scatter_add", out, index);
+  for (int d = 0; d < index.ndim; ++d)
+    if (src.sizes[d] != index.sizes[d]) bad_operands("scatter_add", out, index);
+  if (out.dtype == DType::boolean) throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
+  dispatch(out.dtype, [&]<class T>(T*) {
+    if constexpr (!std::is_same_v<T, bool>) {
+      with_index(index.dtype, [&]<class I>(const I*) {
+        auto* o = static_cast<storage_t<T>*>(out.data);
+        const auto* s = static_cast<const storage_t<T>*>(src.data);
+        const auto* ix = static_cast<const I*>(index.data);
+        const std::int64_t size = out.sizes[dim], stride = out.strides[dim];
+        Operand view = along(out, index, dim);
+        const Operand* ops[3] = {&index, &src, &view};
+        // Row-major order of the index (for_each's order): the fixed summation order.
+        for_each(ops, [&](const std::int64_t* off) {
+          std::int64_t k = static_cast<std::int64_t>(ix[off[0]]);
+          if (k < 0 || k >= size) out_of_range(index_errors::scatter_add, k, dim, size);
+          storage_t<T>& dst = o[off[2] + k * stride];
+          dst = narrow_to<T>(load<T>(dst) + load<T>(s[off[1]]));
+        });
+      });
+    }
+  });
+}
+
 }  // namespace brrr::backend

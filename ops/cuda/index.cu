@@ -1,1 +1,300 @@
+// CUDA kernels of the indexing ops: gather and scatter_add (the kernels behind gather,
+// scatter_add, index_select, embedding and one_hot; ops/index.cpp).
+//  - gather: one thread per output element in a grid-stride loop; 64-bit offsets; elements
+//    moved as raw 1/2/4/8-byte words (no conversion).
+//  - scatter_add, default: one thread per source element, atomicAdd into the destination
+//    (native float/double/half/bfloat16/int32/int64 atomics on sm_90).
+//  - scatter_add, deterministic: cub::DeviceRadixSort of (destination, position) pairs (a
+//    stable sort: equal destinations stay in position order), then one thread per distinct
+//    destination sums its sources sequentially in position order, rounding to the element
+//    type after every addition like the CPU loop. Reproducible to the bit, and equal to the
+//    CPU backend's result for f32/f64/bf16/f16.
+// Out-of-range indices never read or write outside the operands: they are clamped into the
+// valid range and reported through the deferred device error flag (cuda/device_errors.cpp):
+// a plain store of the op's code into mapped host memory, read by the host after its next
+// sync. (A plain store rather than atomicExch: any writer's code is a correct report, and
+// system-scope atomics on mapped memory are not guaranteed over every host link.)
+#include <cub/device/device_radix_sort.cuh>
+
 #include "ops/cuda/common.cuh"
+
+namespace brrr::kernels {
+
+namespace {
+
+constexpr int threads = 256;
+
+std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
+__device__ __forceinline__ void report(int* flag, int code) {
+  if (flag) *reinterpret_cast<volatile int*>(flag) = code;
+}
+
+// An index value clamped into [0, size): `size` > 0 is guaranteed by the launchers.
+__device__ __forceinline__ std::int64_t checked_index(std::int64_t k, std::int64_t size, int* flag, int code) {
+  if (k < 0 || k >= size) {
+    report(flag, code);
+    k = k < 0 ? 0 : size - 1;
+  }
+  return k;
+}
+
+// ---- gather ----
+
+template <class E, class I>
+__global__ void gather_kernel(Strided out, Strided in, int dim, Strided index, int* flag, int code) {
+  E* o = static_cast<E*>(out.data);
+  const E* x = static_cast<const E*>(in.data);
+  const I* ix = static_cast<const I*>(index.data);
+  const std::int64_t n = out.numel;
+  const std::int64_t size = in.sizes[dim];
+  const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
+    std::int64_t r = i, oo = 0, oi = 0, ox = 0;
+    for (int d = out.ndim - 1; d >= 0; --d) {
+      const std::int64_t c = r % out.sizes[d];
+      r /= out.sizes[d];
+      oo += c * out.strides[d];
+      oi += c * index.strides[d];
+      if (d != dim) ox += c * in.strides[d];
+    }
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
+    o[oo] = x[ox + k * in.strides[dim]];
+  }
+}
+
+// ---- scatter_add with atomics ----
+
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__nv_bfloat16* p, __nv_bfloat16 v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(std::int32_t* p, std::int32_t v) { atomicAdd(reinterpret_cast<int*>(p), v); }
+__device__ __forceinline__ void atomic_add(std::int64_t* p, std::int64_t v) {
+  // Two's complement: adding the unsigned image is adding the signed value (mod 2^64).
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+
+template <class T, class I>
+__global__ void scatter_atomic_kernel(Strided out, int dim, Strided index, Strided src, int* flag, int code) {
+  T* o = static_cast<T*>(out.data);
+  const T* s = static_cast<const T*>(src.data);
+  const I* ix = static_cast<const I*>(index.data);
+  const std::int64_t n = index.numel;
+  const std::int64_t size = out.sizes[dim];
+  const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
+    std::int64_t r = i, oo = 0, oi = 0, os = 0;
+    for (int d = index.ndim - 1; d >= 0; --d) {
+      const std::int64_t c = r % index.sizes[d];
+      r /= index.sizes[d];
+      oi += c * index.strides[d];
+      os += c * src.strides[d];
+      if (d != dim) oo += c * out.strides[d];
+    }
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
+    atomic_add(o + oo + k * out.strides[dim], s[os]);
+  }
+}
+
+// ---- scatter_add in a fixed order ----
+
+// keys[p] = row-major linear index (in out's shape) of the destination of position p;
+// vals[p] = p.
+template <class K, class I>
+__global__ void scatter_keys_kernel(Strided out, int dim, Strided index, K* keys, K* vals, int* flag, int code) {
+  const I* ix = static_cast<const I*>(index.data);
+  const std::int64_t n = index.numel;
+  const std::int64_t size = out.sizes[dim];
+  const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
+    std::int64_t r = i, oi = 0, key = 0, mult = 1, dim_mult = 1;
+    for (int d = index.ndim - 1; d >= 0; --d) {
+      const std::int64_t c = r % index.sizes[d];
+      r /= index.sizes[d];
+      oi += c * index.strides[d];
+      if (d != dim) key += c * mult;
+      else dim_mult = mult;
+      mult *= out.sizes[d];
+    }
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
+    keys[i] = static_cast<K>(key + k * dim_mult);
+    vals[i] = static_cast<K>(i);
+  }
+}
+
+template <class T> struct Acc { using type = std::int64_t; };  // integers: exact, then narrowed
+template <> struct Acc<float> { using type = float; };
+template <> struct Acc<double> { using type = double; };
+template <> struct Acc<__half> { using type = float; };
+template <> struct Acc<__nv_bfloat16> { using type = float; };
+
+template <class T> __device__ __forceinline__ typename Acc<T>::type load(T v) {
+  if constexpr (is_half_like<T>) return static_cast<float>(v);
+  else return static_cast<typename Acc<T>::type>(v);
+}
+
+// One thread per run of equal keys (found at its first element): out[key] += each source
+// of the run in position order, rounded to T after every addition (the CPU's loop).
+template <class T, class K>
+__global__ void scatter_segments_kernel(Strided out, Strided src, const K* keys, const K* vals, std::int64_t n) {
+  T* o = static_cast<T*>(out.data);
+  const T* s = static_cast<const T*>(src.data);
+  const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const K key = keys[i];
+    if (i > 0 && keys[i - 1] == key) continue;  // not the head of its run
+    T* dst = o + offset_of(out, static_cast<std::int64_t>(key));
+    auto acc = load(*dst);
+    for (std::int64_t j = i; j < n && keys[j] == key; ++j) {
+      const T v = s[offset_of(src, static_cast<std::int64_t>(vals[j]))];
+      acc = load(narrow_to<T>(acc + load(v)));
+    }
+    *dst = narrow_to<T>(acc);
+  }
+}
+
+// Which key type a sorted scatter uses, and how many key bits the radix sort looks at.
+struct SortPlan {
+  bool wide = false;  // 64-bit keys and positions (else 32-bit)
+  int end_bit = 1;
+  std::int64_t n = 0;
+};
+
+SortPlan sort_plan(const Strided& out, const Strided& index) {
+  SortPlan p;
+  p.n = index.numel;
+  const std::uint64_t max_key = out.numel > 0 ? static_cast<std::uint64_t>(out.numel - 1) : 0;
+  const std::uint64_t max_pos = p.n > 0 ? static_cast<std::uint64_t>(p.n - 1) : 0;
+  p.wide = max_key > 0xffffffffull || max_pos > 0xffffffffull;
+  int bits = 0;
+  while (bits < 64 && (max_key >> bits) != 0) ++bits;
+  p.end_bit = bits > 0 ? bits : 1;
+  return p;
+}
+
+template <class K> std::size_t cub_sort_bytes(const SortPlan& p) {
+  std::size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const K*>(nullptr), static_cast<K*>(nullptr),
+                                  static_cast<const K*>(nullptr), static_cast<K*>(nullptr), p.n, 0, p.end_bit);
+  return bytes > 0 ? bytes : 1;
+}
+
+template <class K> std::size_t sorted_bytes(const SortPlan& p) {
+  return 4 * align_up(static_cast<std::size_t>(p.n) * sizeof(K)) + cub_sort_bytes<K>(p);
+}
+
+bool same_sizes(const Strided& a, const Strided& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.sizes[d] != b.sizes[d]) return false;
+  return true;
+}
+
+bool valid_index_type(ScalarType t) { return t == ScalarType::i32 || t == ScalarType::i64; }
+
+template <class F> void with_index_type(ScalarType t, F&& f) {
+  if (t == ScalarType::i32) f(std::int32_t{});
+  else f(std::int64_t{});
+}
+
+// Operands scatter_add accepts: index and src of one shape, out of their ndim, a non-empty
+// dim when there is anything to add, no bool.
+bool valid_scatter(const Strided& out, int dim, const Strided& index, const Strided& src) {
+  return valid_index_type(index.dtype) && same_sizes(index, src) && out.ndim == index.ndim && dim >= 0 &&
+         dim < (out.ndim > 0 ? out.ndim : 1) && out.dtype == src.dtype && out.dtype != ScalarType::boolean &&
+         (index.numel == 0 || (out.ndim > 0 && out.sizes[dim] > 0));
+}
+
+template <class K, class T, class I>
+cudaError_t run_sorted(const SortPlan& p, const Strided& out, int dim, const Strided& index, const Strided& src,
+                       void* workspace, int* flag, int code, cudaStream_t st) {
+  const std::size_t slot = align_up(static_cast<std::size_t>(p.n) * sizeof(K));
+  char* w = static_cast<char*>(workspace);
+  K* keys_in = reinterpret_cast<K*>(w);
+  K* keys_out = reinterpret_cast<K*>(w + slot);
+  K* vals_in = reinterpret_cast<K*>(w + 2 * slot);
+  K* vals_out = reinterpret_cast<K*>(w + 3 * slot);
+  void* temp = w + 4 * slot;
+  std::size_t temp_bytes = cub_sort_bytes<K>(p);
+  const unsigned blocks = blocks_for(p.n, threads);
+  scatter_keys_kernel<K, I><<<blocks, threads, 0, st>>>(out, dim, index, keys_in, vals_in, flag, code);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, p.n, 0, p.end_bit, st);
+  if (e != cudaSuccess) return e;
+  scatter_segments_kernel<T, K><<<blocks, threads, 0, st>>>(out, src, keys_out, vals_out, p.n);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int gather(const Strided& out, const Strided& in, int dim, const Strided& index, int* error_flag, int error_code,
+           void* stream) {
+  if (out.numel == 0) return static_cast<int>(cudaSuccess);
+  if (!valid_index_type(index.dtype) || !same_sizes(out, index) || in.ndim != out.ndim || dim < 0 ||
+      dim >= out.ndim || in.sizes[dim] <= 0 || in.dtype != out.dtype)
+    return static_cast<int>(cudaErrorInvalidValue);
+  auto st = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = blocks_for(out.numel, threads);
+  std::size_t item = 0;
+  dispatch(out.dtype, [&](auto t) { item = sizeof(t); });
+  with_index_type(index.dtype, [&](auto i) {
+    using I = decltype(i);
+    switch (item) {
+      case 1: gather_kernel<std::uint8_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
+      case 2: gather_kernel<std::uint16_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
+      case 4: gather_kernel<std::uint32_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
+      default: gather_kernel<std::uint64_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
+    }
+  });
+  return static_cast<int>(cudaGetLastError());
+}
+
+int scatter_add_atomic(const Strided& out, int dim, const Strided& index, const Strided& src, int* error_flag,
+                       int error_code, void* stream) {
+  if (index.numel == 0) return static_cast<int>(cudaSuccess);
+  if (!valid_scatter(out, dim, index, src)) return static_cast<int>(cudaErrorInvalidValue);
+  auto st = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = blocks_for(index.numel, threads);
+  dispatch(out.dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, std::uint8_t>) {
+      with_index_type(index.dtype, [&](auto i) {
+        using I = decltype(i);
+        scatter_atomic_kernel<T, I><<<blocks, threads, 0, st>>>(out, dim, index, src, error_flag, error_code);
+      });
+    }
+  });
+  return static_cast<int>(cudaGetLastError());
+}
+
+std::size_t scatter_add_sorted_workspace_bytes(const Strided& out, const Strided& index) {
+  if (index.numel == 0) return 0;
+  SortPlan p = sort_plan(out, index);
+  return p.wide ? sorted_bytes<std::uint64_t>(p) : sorted_bytes<std::uint32_t>(p);
+}
+
+int scatter_add_sorted(const Strided& out, int dim, const Strided& index, const Strided& src, void* workspace,
+                       std::size_t workspace_bytes, int* error_flag, int error_code, void* stream) {
+  if (index.numel == 0) return static_cast<int>(cudaSuccess);
+  if (!valid_scatter(out, dim, index, src) || !workspace) return static_cast<int>(cudaErrorInvalidValue);
+  SortPlan p = sort_plan(out, index);
+  if (workspace_bytes < (p.wide ? sorted_bytes<std::uint64_t>(p) : sorted_bytes<std::uint32_t>(p)))
+    return static_cast<int>(cudaErrorInvalidValue);
+  auto st = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaSuccess;
+  dispatch(out.dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, std::uint8_t>) {
+      with_index_type(index.dtype, [&](auto i) {
+        using I = decltype(i);
+        e = p.wide ? run_sorted<std::uint64_t, T, I>(p, out, dim, index, src, workspace, error_flag, error_code, st)
+                   : run_sorted<std::uint32_t, T, I>(p, out, dim, index, src, workspace, error_flag, error_code, st);
+      });
+    }
+  });
+  return static_cast<int>(e);
+}
+
+}  // namespace brrr::kernels

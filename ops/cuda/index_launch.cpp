@@ -1,9 +1,75 @@
-// Placeholder: replaced by the family's implementation.
+// CudaBackend::gather / scatter_add: launch ops/cuda/index.cu on the current stream of the
+// operands' device and check the launch status. Out-of-range indices are reported through
+// the device's deferred error flag (cuda/device_errors.cpp) with the code of the op the
+// thread is running (set by ops/index.cpp), so nothing here waits for the device. The
+// deterministic scatter_add takes its sort buffers from the caching allocator on the current
+// stream (stream-ordered: released when this call returns, reused only by later work).
 module;
+#include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "cuda/check.hpp"
+#include "ops/cuda/kernels.hpp"
 module brrr.backend;
 import brrr.tensor;
+
+extern "C++" {
+namespace brrr::index_errors {
+enum : int { none = 0, embedding = 1, gather = 2, scatter_add = 3, index_select = 4, one_hot = 5, nll_target = 6 };
+int exchange_current_op(int code) noexcept;
+int current_op(int fallback) noexcept;
+const char* op_name(int code) noexcept;
+}  // namespace brrr::index_errors
+}
+
 namespace brrr::backend {
-void CudaBackend::gather(const Operand&, const Operand&, int, const Operand&) { throw Error(ErrorKind::value, "not implemented yet"); }
-void CudaBackend::scatter_add(const Operand&, int, const Operand&, const Operand&, bool) { throw Error(ErrorKind::value, "not implemented yet"); }
+
+kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
+int* device_error_flag(int device);          // cuda/device_errors.cpp
+
+namespace {
+
+bool is_index_dtype(DType d) { return d == DType::i32 || d == DType::i64; }
+
+[[noreturn]] void bad_operands(const char* what, const Operand& out, const Operand& index) {
+  throw Error(ErrorKind::value, std::string("CudaBackend::") + what + ": invalid operands (out " +
+                                    std::to_string(out.ndim) + "-d " + to_string(out.dtype) + ", index " +
+                                    std::to_string(index.ndim) + "-d " + to_string(index.dtype) + ")");
+}
+
+}  // namespace
+
+void CudaBackend::gather(const Operand& out, const Operand& in, int dim, const Operand& index) {
+  if (out.numel == 0) return;
+  if (!is_index_dtype(index.dtype) || in.dtype != out.dtype || index.ndim != out.ndim || in.ndim != out.ndim)
+    bad_operands("gather", out, index);
+  DeviceGuard g(out.device);
+  int code = index_errors::current_op(index_errors::gather);
+  BRRR_CUDA_CHECK(kernels::gather(strided(out), strided(in), dim, strided(index), device_error_flag(out.device), code,
+                                  current_stream(out.device)->handle));
+}
+
+void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src,
+                              bool deterministic) {
+  if (index.numel == 0) return;
+  if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim)
+    bad_operands("scatter_add", out, index);
+  if (out.dtype == DType::boolean)
+    throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
+  DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  int code = index_errors::current_op(index_errors::scatter_add);
+  int* flag = device_error_flag(out.device);
+  kernels::Strided so = strided(out), sx = strided(index), ss = strided(src);
+  // Integer sums are exact in any order: atomics are already reproducible for them.
+  if (!deterministic || !is_floating_point(out.dtype)) {
+    BRRR_CUDA_CHECK(kernels::scatter_add_atomic(so, dim, sx, ss, flag, code, stream->handle));
+    return;
+  }
+  std::size_t bytes = kernels::scatter_add_sorted_workspace_bytes(so, sx);
+  Storage workspace = allocate_device(bytes, out.device, stream);
+  BRRR_CUDA_CHECK(kernels::scatter_add_sorted(so, dim, sx, ss, workspace.data(), bytes, flag, code, stream->handle));
+}
+
 }  // namespace brrr::backend
