@@ -12,6 +12,11 @@ import brrr.tensor;
 export namespace brrr::optim {
 
 /// The state every optimizer shares: parameters, per-parameter state, the learning rate.
+/// Parameters must be defined, floating, contiguous and distinct (Error otherwise); each
+/// step groups them by (device, dtype) and updates each group with one fused backend call
+/// (on CUDA one multi-tensor launch per 48 tensors), with the hyperparameters passed by
+/// value: no host sync. State buffers are zeros_like(param), made on a parameter's first
+/// update. Each updated parameter's storage version is bumped.
 class Optimizer {
 public:
   virtual ~Optimizer() = default;
@@ -45,7 +50,8 @@ struct SGDOptions {
 };
 /// Stochastic gradient descent with momentum (Sutskever et al. 2013), PyTorch's formulation:
 /// g += wd p; b = mu b + (1 - dampening) g (b = g on the first step); g = nesterov ? g + mu b :
-/// b; p -= lr g. Error(value) for nesterov without momentum or with dampening.
+/// b; p -= lr g (maximize: g = -g first). Error(value) for nesterov without momentum or with
+/// dampening, lr < 0, momentum < 0, weight_decay < 0.
 class SGD final : public Optimizer {
 public:
   SGD(std::vector<Tensor> params, SGDOptions options = {});
@@ -66,7 +72,10 @@ struct AdamOptions {
 };
 /// Adam (Kingma & Ba 2015) with PyTorch's order: g += wd p; m = b1 m + (1-b1) g;
 /// v = b2 v + (1-b2) g^2; amsgrad: vmax = max(vmax, v) and vmax replaces v;
-/// p -= lr / (1-b1^t) * m / (sqrt(v / (1-b2^t)) + eps).
+/// p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps). t = step_count() + 1, one count
+/// for all parameters (PyTorch keeps one per parameter: they differ only for a parameter that
+/// had no gradient in earlier steps). Error(value) for lr < 0, betas outside [0, 1), eps < 0,
+/// weight_decay < 0.
 class Adam : public Optimizer {
 public:
   Adam(std::vector<Tensor> params, AdamOptions options = {});
@@ -86,7 +95,9 @@ public:
   AdamW(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01});
 };
 
-/// Multiplies the learning rate by gamma every step_size calls of step().
+/// Multiplies the learning rate by gamma every step_size calls of step(): lr = base *
+/// gamma^floor(calls / step_size), base = the optimizer's lr at construction. Error(value)
+/// for step_size <= 0 or gamma < 0.
 class StepLR {
 public:
   StepLR(Optimizer& optimizer, std::int64_t step_size, double gamma = 0.1);
@@ -101,7 +112,10 @@ private:
 
 /// Linear warmup from 0 to the base lr over warmup_steps, then cosine decay to min_lr at
 /// total_steps (Loshchilov & Hutter 2017, SGDR, without restarts); call step() once per
-/// optimizer step.
+/// optimizer step. After s calls: s < warmup: base * s / warmup; then min_lr + (base - min_lr)
+/// (1 + cos(pi (s - warmup) / (total - warmup))) / 2; min_lr from total on. The constructor
+/// sets lr_at(0) (0 with a warmup), as PyTorch's LambdaLR does. Error(value) for warmup < 0,
+/// total < warmup or total <= 0, min_lr outside [0, base lr].
 class CosineWithWarmup {
 public:
   CosineWithWarmup(Optimizer& optimizer, std::int64_t warmup_steps, std::int64_t total_steps, double min_lr = 0);
@@ -116,9 +130,13 @@ private:
 };
 
 /// Scales gradients in place so that their joint norm is at most max_norm: total =
-/// (sum ||g||^p)^(1/p) (p = norm_type, 2 or inf), coef = min(1, max_norm / (total + 1e-6)).
-/// Computed and applied on the device: returns the total norm as a 0-d tensor (f32, on the
-/// gradients' device) without a host sync.
+/// (sum ||g||_p^p)^(1/p) (p = norm_type > 0, or inf: max |g|), coef = min(1, max_norm /
+/// (total + 1e-6)) (PyTorch's clip_grad_norm_). Computed and applied on the device: returns
+/// the total norm as a 0-d tensor (f32, on the gradients' device; 0 when no parameter has a
+/// gradient) without a host sync. A gradient that is not contiguous (e.g. an expanded view)
+/// or shares its storage with another gradient of the list is replaced by a scaled copy
+/// (scaling it in place could scale an element more than once). Error(device) for gradients on several devices, Error(value)
+/// for max_norm < 0 or norm_type <= 0.
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 }  // namespace brrr::optim

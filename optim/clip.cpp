@@ -1,2 +1,96 @@
+// Gradient clipping by the joint norm of all gradients (PyTorch's
+// torch.nn.utils.clip_grad_norm_), entirely with device ops: the norm and the scale factor
+// stay 0-d tensors on the gradients' device, so clipping never makes the host wait.
 module;
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
 module brrr.optim;
+import brrr.tensor;
+import brrr.ops;
+
+namespace brrr::optim {
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  const bool inf_norm = std::isinf(norm_type) && norm_type > 0;
+  if (!inf_norm && !(std::isfinite(norm_type) && norm_type > 0))
+    throw Error(ErrorKind::value, "clip_grad_norm_: invalid norm_type " + std::to_string(norm_type) +
+                                      " (expected a positive number or infinity)");
+  if (std::isnan(max_norm) || max_norm < 0)
+    throw Error(ErrorKind::value, "clip_grad_norm_: invalid max_norm " + std::to_string(max_norm) + " (expected >= 0)");
+  NoGradGuard no_grad;
+
+  // The parameters with a gradient, and their common device.
+  std::vector<std::size_t> with_grad;
+  std::vector<Tensor> grads;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined())
+      throw Error(ErrorKind::value, "clip_grad_norm_: parameter " + std::to_string(i) + " is an undefined tensor");
+    Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    if (!is_floating_point(g.dtype()))
+      throw Error(ErrorKind::dtype, "clip_grad_norm_: gradient of parameter " + std::to_string(i) + " has dtype " +
+                                        to_string(g.dtype()) + "; expected a floating dtype");
+    if (!grads.empty() && g.device() != grads.front().device())
+      throw Error(ErrorKind::device, "clip_grad_norm_: gradients on " + grads.front().device().str() + " and " +
+                                         g.device().str() + " (parameter " + std::to_string(i) +
+                                         "); all gradients must be on one device");
+    with_grad.push_back(i);
+    grads.push_back(g);
+  }
+  if (grads.empty()) {
+    Device dev = params.empty() ? Device::cpu() : params.front().device();
+    return zeros({}, {.dtype = DType::f32, .device = dev});
+  }
+
+  // Per-gradient norms (to the power p for finite p), as 0-d f32 tensors; then one joint norm.
+  std::vector<Tensor> parts;
+  parts.reserve(grads.size());
+  for (const Tensor& g0 : grads) {
+    // bf16/f16 squares would round to 8/11 bits: compute in f32 (f64 stays f64).
+    Tensor g = g0.dtype() == DType::bf16 || g0.dtype() == DType::f16 ? g0.to(DType::f32) : g0;
+    Tensor part;
+    if (g.numel() == 0) {
+      part = zeros({}, {.dtype = DType::f32, .device = g.device()});
+    } else if (inf_norm) {
+      part = max(abs(g));
+    } else if (norm_type == 2.0) {
+      part = sum(mul(g, g));
+    } else if (norm_type == 1.0) {
+      part = sum(abs(g));
+    } else {
+      part = sum(pow(abs(g), norm_type));
+    }
+    parts.push_back(part.dtype() == DType::f32 ? part : part.to(DType::f32));
+  }
+  Tensor stacked = stack(parts);
+  Tensor total;
+  if (inf_norm) total = max(stacked);
+  else if (norm_type == 2.0) total = sqrt(sum(stacked));
+  else if (norm_type == 1.0) total = sum(stacked);
+  else total = pow(sum(stacked), 1.0 / norm_type);
+
+  // coef = min(1, max_norm / (total + 1e-6)), a 0-d device tensor.
+  Tensor coef = clamp_max(div(Scalar(max_norm), add(total, Scalar(1e-6))), 1.0);
+
+  // Scale in place where that is safe. A gradient that is an expanded view (stride 0, as
+  // sum()'s backward leaves it) or that shares its storage with another gradient of this list
+  // (add()'s backward hands one tensor to both inputs) would be scaled more than once through
+  // the alias: such gradients are replaced by a scaled copy instead.
+  for (std::size_t k = 0; k < grads.size(); ++k) {
+    const Tensor& g = grads[k];
+    bool aliased = !g.is_contiguous();
+    for (std::size_t j = 0; j < grads.size() && !aliased; ++j)
+      aliased = j != k && grads[j].storage().is_same(g.storage());
+    if (aliased) {
+      params[with_grad[k]].set_grad(mul(g, coef.to(g.dtype())));
+    } else {
+      mul_(g, coef);
+    }
+  }
+  return total;
+}
+
+}  // namespace brrr::optim

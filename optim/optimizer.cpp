@@ -1,2 +1,268 @@
+// Optimizers: the shared Optimizer state, SGD, Adam and AdamW. The host side lives here:
+// argument checks, lazy state (zeros_like(param) on a parameter's first update), grouping of
+// the parameters by (device, dtype) and one Backend::optimizer_step per group; the per-element
+// update is the backend's (ops/cpu/optimizer.cpp; ops/cuda/optimizer.cu, a multi-tensor
+// kernel: all parameters of a group in one launch per 48 tensors). Hyperparameters are host
+// numbers passed by value each step, so a step never makes the host wait.
 module;
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 module brrr.optim;
+import brrr.tensor;
+import brrr.ops;
+import brrr.backend;
+
+namespace brrr::optim {
+
+namespace {
+
+std::string describe(const Tensor& t) {
+  return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
+}
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  // trim trailing zeros of "%f" ("0.100000" -> "0.1")
+  if (s.find('.') != std::string::npos) {
+    while (!s.empty() && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(ErrorKind::value, message);
+}
+
+// The checks every step makes on one parameter with a gradient; returns the gradient as the
+// kernels want it: the parameter's dtype, contiguous (a copy only when needed).
+Tensor prepared_grad(const char* op, std::size_t index, const Tensor& p) {
+  Tensor g = p.grad();
+  if (!p.is_contiguous())
+    throw Error(ErrorKind::value, std::string(op) + ": parameter " + std::to_string(index) + " (" + describe(p) +
+                                      ") is not contiguous; optimizers update contiguous parameters in place");
+  if (g.device() != p.device())
+    throw Error(ErrorKind::device, std::string(op) + ": gradient " + describe(g) + " of parameter " +
+                                       std::to_string(index) + " (" + describe(p) + ") is on another device");
+  if (g.shape() != p.shape())
+    throw Error(ErrorKind::shape, std::string(op) + ": gradient " + describe(g) + " of parameter " +
+                                      std::to_string(index) + " (" + describe(p) + ") has another shape");
+  if (g.dtype() != p.dtype()) g = g.to(p.dtype());
+  if (!g.is_contiguous()) g = g.contiguous();
+  return g;
+}
+
+// One fused update per (device, dtype, flag) group; `flag` separates SGD parameters whose
+// momentum buffer is new (first_step) from the others.
+using GroupKey = std::tuple<int, int, int, bool>;  // device type, device index, dtype, flag
+GroupKey key_of(const Tensor& p, bool flag) {
+  return {static_cast<int>(p.device().type()), p.device().index(), static_cast<int>(p.dtype()), flag};
+}
+
+struct Group {
+  backend::OptimizerStep step;
+  Device device;
+};
+
+void add_to(Group& g, const Tensor& p, const Tensor& grad, const Tensor& s1, const Tensor& s2, const Tensor& s3) {
+  g.step.params.push_back(p.data_ptr());
+  g.step.grads.push_back(grad.data_ptr());
+  g.step.state1.push_back(s1.defined() ? s1.data_ptr() : nullptr);
+  g.step.state2.push_back(s2.defined() ? s2.data_ptr() : nullptr);
+  g.step.state3.push_back(s3.defined() ? s3.data_ptr() : nullptr);
+  g.step.numels.push_back(p.numel());
+}
+
+// A state buffer for `p`: zeros on first use (or when the parameter's shape changed), moved
+// or converted along when set_data() gave the parameter another device or dtype. Sets
+// `created` when the buffer is new.
+void ensure_state(Tensor& state, const Tensor& p, bool& created) {
+  if (!state.defined() || state.shape() != p.shape()) {
+    state = zeros_like(p);
+    created = true;
+    return;
+  }
+  if (state.dtype() != p.dtype()) state = state.to(p.dtype());
+  if (state.device() != p.device()) state = state.to(p.device());
+}
+
+void check_floating(const char* op, std::size_t index, const Tensor& p) {
+  if (!is_floating_point(p.dtype()))
+    throw Error(ErrorKind::dtype, std::string(op) + ": parameter " + std::to_string(index) + " (" + describe(p) +
+                                      ") is not of a floating dtype");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Optimizer
+// ---------------------------------------------------------------------------------------
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name) : params_(std::move(params)), lr_(lr) {
+  std::string op = name;
+  require(!params_.empty(), op + ": got an empty parameter list");
+  require(std::isfinite(lr) && lr >= 0, op + ": invalid learning rate " + num(lr) + " (expected >= 0)");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    require(p.defined(), op + ": parameter " + std::to_string(i) + " is an undefined tensor");
+    check_floating(name, i, p);
+    if (!p.is_contiguous())
+      throw Error(ErrorKind::value, op + ": parameter " + std::to_string(i) + " (" + describe(p) +
+                                        ") is not contiguous; optimizers update contiguous parameters in place");
+    for (std::size_t j = 0; j < i; ++j)
+      require(!params_[j].is_same(p), op + ": parameter " + std::to_string(i) + " (" + describe(p) +
+                                          ") appears more than once (also at " + std::to_string(j) + ")");
+  }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (const Tensor& p : params_) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      p.set_grad(Tensor());
+      continue;
+    }
+    // A gradient recorded under create_graph is cut from its graph first (PyTorch's detach_).
+    if (g.grad_fn() || g.requires_grad()) {
+      g = g.detach();
+      p.set_grad(g);
+    }
+    NoGradGuard no_grad;
+    g.fill_(0.0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// SGD
+// ---------------------------------------------------------------------------------------
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : Optimizer(std::move(params), options.lr, "SGD"), options_(options) {
+  const SGDOptions& o = options_;
+  require(std::isfinite(o.momentum) && o.momentum >= 0, "SGD: invalid momentum " + num(o.momentum) + " (expected >= 0)");
+  require(std::isfinite(o.dampening), "SGD: invalid dampening " + num(o.dampening));
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+          "SGD: invalid weight_decay " + num(o.weight_decay) + " (expected >= 0)");
+  require(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+          "SGD: nesterov momentum requires a momentum > 0 and zero dampening (got momentum " + num(o.momentum) +
+              ", dampening " + num(o.dampening) + ")");
+  momentum_.resize(params_.size());
+}
+
+void SGD::step() {
+  require(std::isfinite(lr_) && lr_ >= 0, "SGD.step: invalid learning rate " + num(lr_) + " (expected >= 0)");
+  NoGradGuard no_grad;
+  const SGDOptions& o = options_;
+  std::map<GroupKey, Group> groups;
+  std::vector<Tensor> keep;  // converted gradients live until their kernels are enqueued
+  std::vector<std::size_t> updated;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    check_floating("SGD.step", i, p);
+    Tensor g = prepared_grad("SGD.step", i, p);
+    keep.push_back(g);
+    bool first = false;
+    if (o.momentum != 0) ensure_state(momentum_[i], p, first);
+    updated.push_back(i);
+    if (p.numel() == 0) continue;
+    Group& grp = groups[key_of(p, first)];
+    if (grp.step.params.empty()) {
+      grp.device = p.device();
+      backend::OptimizerStep& s = grp.step;
+      s.kind = backend::OptimizerKind::sgd;
+      s.dtype = p.dtype();
+      s.device = p.device().is_cuda() ? p.device().index() : -1;
+      s.lr = lr_;
+      s.weight_decay = o.weight_decay;
+      s.momentum = o.momentum;
+      s.dampening = o.dampening;
+      s.nesterov = o.nesterov;
+      s.first_step = first;
+      s.maximize = o.maximize;
+    }
+    add_to(grp, p, g, o.momentum != 0 ? momentum_[i] : Tensor(), Tensor(), Tensor());
+  }
+  for (auto& [key, grp] : groups) backend::backend_for(grp.device).optimizer_step(grp.step);
+  for (std::size_t i : updated) params_[i].storage().bump_version();
+  ++steps_;
+}
+
+// ---------------------------------------------------------------------------------------
+// Adam, AdamW
+// ---------------------------------------------------------------------------------------
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false, "Adam") {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name)
+    : Optimizer(std::move(params), options.lr, name), options_(options), decoupled_(decoupled) {
+  std::string op = name;
+  const AdamOptions& o = options_;
+  auto [b1, b2] = o.betas;
+  require(std::isfinite(b1) && b1 >= 0 && b1 < 1, op + ": invalid beta1 " + num(b1) + " (expected in [0, 1))");
+  require(std::isfinite(b2) && b2 >= 0 && b2 < 1, op + ": invalid beta2 " + num(b2) + " (expected in [0, 1))");
+  require(std::isfinite(o.eps) && o.eps >= 0, op + ": invalid eps " + num(o.eps) + " (expected >= 0)");
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+          op + ": invalid weight_decay " + num(o.weight_decay) + " (expected >= 0)");
+  exp_avg_.resize(params_.size());
+  exp_avg_sq_.resize(params_.size());
+  max_exp_avg_sq_.resize(params_.size());
+}
+
+void Adam::step() {
+  const char* op = decoupled_ ? "AdamW.step" : "Adam.step";
+  require(std::isfinite(lr_) && lr_ >= 0, std::string(op) + ": invalid learning rate " + num(lr_) + " (expected >= 0)");
+  NoGradGuard no_grad;
+  const AdamOptions& o = options_;
+  // t counts this optimizer's steps (see the class comment).
+  const double t = static_cast<double>(steps_ + 1);
+  const double bc1 = 1.0 - std::pow(o.betas.first, t);
+  const double bc2 = 1.0 - std::pow(o.betas.second, t);
+  std::map<GroupKey, Group> groups;
+  std::vector<Tensor> keep;
+  std::vector<std::size_t> updated;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    check_floating(op, i, p);
+    Tensor g = prepared_grad(op, i, p);
+    keep.push_back(g);
+    bool created = false;
+    ensure_state(exp_avg_[i], p, created);
+    ensure_state(exp_avg_sq_[i], p, created);
+    if (o.amsgrad) ensure_state(max_exp_avg_sq_[i], p, created);
+    updated.push_back(i);
+    if (p.numel() == 0) continue;
+    Group& grp = groups[key_of(p, false)];
+    if (grp.step.params.empty()) {
+      grp.device = p.device();
+      backend::OptimizerStep& s = grp.step;
+      s.kind = decoupled_ ? backend::OptimizerKind::adamw : backend::OptimizerKind::adam;
+      s.dtype = p.dtype();
+      s.device = p.device().is_cuda() ? p.device().index() : -1;
+      s.lr = lr_;
+      s.weight_decay = o.weight_decay;
+      s.beta1 = o.betas.first;
+      s.beta2 = o.betas.second;
+      s.eps = o.eps;
+      s.bias_correction1 = bc1;
+      s.bias_correction2 = bc2;
+      s.amsgrad = o.amsgrad;
+      s.maximize = o.maximize;
+    }
+    add_to(grp, p, g, exp_avg_[i], exp_avg_sq_[i], o.amsgrad ? max_exp_avg_sq_[i] : Tensor());
+  }
+  for (auto& [key, grp] : groups) backend::backend_for(grp.device).optimizer_step(grp.step);
+  for (std::size_t i : updated) params_[i].storage().bump_version();
+  ++steps_;
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true, "AdamW") {}
+
+}  // namespace brrr::optim

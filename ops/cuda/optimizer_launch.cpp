@@ -1,8 +1,64 @@
-// Placeholder: replaced by the family's implementation.
+// CudaBackend::optimizer_step: hands one (device, dtype) group of parameters to the
+// multi-tensor kernel of ops/cuda/optimizer.cu (one launch per 48 tensors on the current
+// stream of the device) and checks the launch status. Nothing here waits for the device.
 module;
+#include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "cuda/check.hpp"
+#include "ops/cuda/kernels.hpp"
 module brrr.backend;
 import brrr.tensor;
+
 namespace brrr::backend {
-void CudaBackend::optimizer_step(const OptimizerStep&) { throw Error(ErrorKind::value, "not implemented yet"); }
+
+void CudaBackend::optimizer_step(const OptimizerStep& s) {
+  const std::size_t count = s.params.size();
+  if (s.grads.size() != count || s.state1.size() != count || s.state2.size() != count || s.state3.size() != count ||
+      s.numels.size() != count)
+    throw Error(ErrorKind::value, "optimizer_step: inconsistent tensor lists");
+  if (!is_floating_point(s.dtype))
+    throw Error(ErrorKind::dtype, std::string("optimizer_step: parameters of dtype ") + to_string(s.dtype) +
+                                      " cannot be optimized (floating dtypes only)");
+  for (std::size_t k = 0; k < count; ++k) {
+    bool ok = s.params[k] != nullptr && s.grads[k] != nullptr;
+    switch (s.kind) {
+      case OptimizerKind::sgd: ok = ok && (s.momentum == 0 || s.state1[k] != nullptr); break;
+      case OptimizerKind::adam:
+      case OptimizerKind::adamw:
+        ok = ok && s.state1[k] != nullptr && s.state2[k] != nullptr && (!s.amsgrad || s.state3[k] != nullptr);
+        break;
+    }
+    if (!ok && s.numels[k] > 0)
+      throw Error(ErrorKind::value, "optimizer_step: tensor " + std::to_string(k) + " lacks a pointer its update needs");
+  }
+  if (count == 0) return;
+  int kind = 0;
+  switch (s.kind) {
+    case OptimizerKind::sgd: kind = 0; break;
+    case OptimizerKind::adam: kind = 1; break;
+    case OptimizerKind::adamw: kind = 2; break;
+  }
+  kernels::OptimizerHyper h{};
+  h.kind = kind;
+  h.lr = s.lr;
+  h.weight_decay = s.weight_decay;
+  h.momentum = s.momentum;
+  h.dampening = s.dampening;
+  h.beta1 = s.beta1;
+  h.beta2 = s.beta2;
+  h.eps = s.eps;
+  h.bias_correction1 = s.bias_correction1;
+  h.bias_correction2 = s.bias_correction2;
+  h.nesterov = s.nesterov;
+  h.first_step = s.first_step;
+  h.amsgrad = s.amsgrad;
+  h.maximize = s.maximize;
+  DeviceGuard g(s.device);
+  BRRR_CUDA_CHECK(kernels::optimizer_step(h, static_cast<kernels::ScalarType>(s.dtype), s.params.data(),
+                                          s.grads.data(), s.state1.data(), s.state2.data(), s.state3.data(),
+                                          s.numels.data(), count, current_stream(s.device)->handle));
+}
+
 }  // namespace brrr::backend
