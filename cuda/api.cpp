@@ -104,8 +104,7 @@ bool Event::query() const {
 
 void Event::synchronize() const {
   if (!impl_->event) return;
-  backend::note_sync("Event::synchronize");
-  BRRR_CUDA_CHECK(cudaEventSynchronize(impl_->event));
+  backend::synchronize_event(impl_->event, impl_->device, "Event::synchronize");
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {

@@ -195,9 +195,12 @@ std::uint64_t sync_count() { return syncs.load(); }
 void set_sync_policy(SyncPolicy p) { policy.store(p); }
 SyncPolicy sync_policy() { return policy.load(); }
 
+void check_device_errors(int device);  // cuda/device_errors.cpp
+
 void synchronize_stream(const StreamState& stream, const char* api) {
   note_sync(api);
   BRRR_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
+  check_device_errors(stream.device);
 }
 
 void synchronize_device(int device, const char* api) {
@@ -205,6 +208,13 @@ void synchronize_device(int device, const char* api) {
   note_sync(api);
   DeviceGuard g(device);
   BRRR_CUDA_CHECK(cudaDeviceSynchronize());
+  check_device_errors(device);
+}
+
+void synchronize_event(void* event, int device, const char* api) {
+  note_sync(api);
+  BRRR_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  check_device_errors(device);
 }
 
 // --- copies -----------------------------------------------------------------------------------
@@ -227,6 +237,7 @@ void copy_device_to_host(void* dst, const void* src, std::size_t bytes, int devi
   auto s = static_cast<cudaStream_t>(stream->handle);
   BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
   BRRR_CUDA_CHECK(cudaStreamSynchronize(s));
+  check_device_errors(device);
 }
 
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int device, const char* api) {

@@ -221,9 +221,12 @@ std::uint64_t sync_count();
 void set_sync_policy(SyncPolicy policy);
 SyncPolicy sync_policy();
 
-/// Blocking helpers: each calls note_sync(api) and then waits.
+/// Blocking helpers: each calls note_sync(api), waits, then raises any deferred device error
+/// (an out-of-range index met by a kernel; cuda/device_errors.cpp) as Error(index).
 void synchronize_stream(const StreamState& stream, const char* api);
 void synchronize_device(int device, const char* api);
+/// note_sync(api), then waits for `event` (a cudaEvent_t recorded on `device`).
+void synchronize_event(void* event, int device, const char* api);
 
 /// Device allocator statistics, in bytes and calls.
 struct MemoryStats {
