@@ -228,10 +228,12 @@ struct CrossEntropyOptions {
   /// the Inception Architecture", section 7): loss = (1-e) nll + e * mean_c(-log p_c).
   double label_smoothing = 0;
 };
-/// Cross entropy of logits [N, C] (or [C]) and class indices [N] (i64/i32): log_softmax then
-/// negative log likelihood. mean over non-ignored targets; all ignored gives NaN for mean, 0
-/// for sum. Error(index) for a target outside [0, C) (CUDA: deferred device error, see
-/// docs/semantics.md).
+/// Cross entropy of logits [N, C] (or [C] with a 0-d target, or [N, C, d...] with target
+/// [N, d...]) and class indices (i64/i32): log_softmax over dim 1 then negative log
+/// likelihood. mean over non-ignored targets; all ignored gives NaN for mean (gradient 0), 0
+/// for sum. Error(dtype) for other target dtypes, Error(shape) for a target shape mismatch,
+/// Error(index) on the CPU for a target outside [0, C); CUDA does not check target ranges yet
+/// (docs/semantics.md, "Softmax and losses").
 [[nodiscard]] Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 /// Negative log likelihood of log-probabilities [N, C] at class indices [N]; same options as
 /// cross_entropy (label_smoothing must be 0).

@@ -1,2 +1,268 @@
+// Losses: cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits, with
+// PyTorch's semantics (torch.nn.functional, 2.x). cross_entropy is log_softmax followed by
+// nll_loss. nll_loss picks log p[i, target_i] with a one-hot mask built on the device
+// (eq(class ids, target)) and where(); the pick is differentiable Tensor ops, needs no
+// gather, and an ignored or (on CUDA) out-of-range target simply matches no class.
+// binary_cross_entropy_with_logits has its own backward node: its gradient
+// sigmoid(x) - t is exact at x = 0, where the stable formula's max/abs kinks are not.
 module;
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 module brrr.ops;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+using namespace ops_detail;
+
+namespace {
+
+constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
+
+Tensor as_dtype(const Tensor& t, DType dtype) { return t.dtype() == dtype ? t : t.to(dtype); }
+
+// f32 for bf16/f16 (means and counts would round), the dtype itself otherwise.
+DType accumulate_dtype(DType d) { return d == DType::bf16 || d == DType::f16 ? DType::f32 : d; }
+
+Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::none: return loss;
+    case Reduction::mean: return mean(loss);
+    case Reduction::sum: return sum(loss);
+  }
+  return loss;
+}
+
+// --- nll_loss / cross_entropy ------------------------------------------------------------
+
+// Checks the class-index target against log-probabilities [N, C, d1...] (or [C]) and, on
+// the CPU, that every target is in [0, C) or ignore_index.
+void check_targets(const char* name, const Tensor& input, const Tensor& target, const CrossEntropyOptions& o) {
+  require_defined(name, input, "input");
+  require_defined(name, target, "target");
+  common_device(name, {input, target});
+  if (!is_floating_point(input.dtype()))
+    throw Error(ErrorKind::dtype, std::string(name) + ": expected floating-point input (f32, f64, bf16, f16), got " +
+                                      describe(input));
+  if (target.dtype() != DType::i64 && target.dtype() != DType::i32)
+    throw Error(ErrorKind::dtype, std::string(name) + ": target must hold class indices (i64 or i32), got " +
+                                      describe(target) + " (probability targets are not supported)");
+  if (input.dim() == 0)
+    throw Error(ErrorKind::shape, std::string(name) + ": input must be [C] or [N, C, ...], got a 0-d tensor");
+  // Expected target shape: [] for [C]; [N, d1...] for [N, C, d1...].
+  Shape want;
+  if (input.dim() >= 2) {
+    want.push_back(input.shape()[0]);
+    for (std::size_t i = 2; i < input.shape().size(); ++i) want.push_back(input.shape()[i]);
+  }
+  if (target.shape() != want)
+    throw Error(ErrorKind::shape, std::string(name) + ": target shape " + to_string(target.shape()) +
+                                      " does not match input shape " + to_string(input.shape()) + " (expected " +
+                                      to_string(want) + ")");
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
+    throw Error(ErrorKind::value, std::string(name) + ": label_smoothing must be in [0, 1], got " +
+                                      std::to_string(o.label_smoothing));
+  const std::int64_t classes = input.dim() == 1 ? input.shape()[0] : input.shape()[1];
+  if (target.device().is_cpu()) {
+    // CPU tensors are host memory: reading them costs no sync.
+    auto check = [&](std::int64_t t) {
+      if (t != o.ignore_index && (t < 0 || t >= classes))
+        throw Error(ErrorKind::index, std::string(name) + ": target " + std::to_string(t) + " is out of bounds for " +
+                                          std::to_string(classes) + " classes (expected [0, " +
+                                          std::to_string(classes) + ") or ignore_index " +
+                                          std::to_string(o.ignore_index) + ")");
+    };
+    if (target.dtype() == DType::i64)
+      for (std::int64_t t : target.to_host<std::int64_t>()) check(t);
+    else
+      for (std::int32_t t : target.to_host<std::int32_t>()) check(t);
+  }
+  // TODO(deferred device errors): on CUDA, targets outside [0, C) are not checked yet
+  // (reading them would make the host wait). Such a sample matches no class in the one-hot
+  // mask below: it contributes a loss of 0 (and counts in the mean's divisor). Once the
+  // deferred device error flag lands (cuda/device_errors.cpp, code index_errors::nll_target),
+  // report it from here: e.g. pick with gather() on where(valid, target, 0) under that op
+  // code, whose CUDA kernel validates indices without a host wait.
+}
+
+// The loss of checked log-probabilities [N, C, d1...] (or [C]) and targets.
+Tensor nll_forward(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
+  const bool single = log_probs.dim() == 1;  // [C] with a 0-d target
+  Tensor lp = single ? log_probs.unsqueeze(0) : log_probs;
+  Tensor tg = single ? target.reshape({1}) : target;
+  const std::int64_t classes = lp.shape()[1];
+  const Device dev = lp.device();
+
+  // Class ids [1, C, 1, ...] against targets [N, 1, d1...]: the one-hot mask [N, C, d1...].
+  Shape id_shape(lp.shape().size(), 1);
+  id_shape[1] = classes;
+  Tensor ids = arange(classes, {.dtype = tg.dtype(), .device = dev}).view(id_shape);
+  Tensor mask = eq(ids, tg.unsqueeze(1));
+  // where(), not a product: log p = -inf off the target must not make 0 * -inf = NaN.
+  Tensor picked = sum(where(mask, lp, 0.0), {1});
+  Tensor valid = ne(tg, Scalar(o.ignore_index));
+  Tensor loss = where(valid, neg(picked), 0.0);
+  if (o.label_smoothing > 0) {
+    // Szegedy et al. 2016, section 7: (1 - e) * nll + e * mean_c(-log p_c) (PyTorch's form).
+    Tensor smooth = where(valid, div(neg(sum(lp, {1})), static_cast<double>(classes)), 0.0);
+    loss = add(mul(loss, 1.0 - o.label_smoothing), mul(smooth, o.label_smoothing));
+  }
+  switch (o.reduction) {
+    case Reduction::none: return single ? loss.reshape({}) : loss;
+    case Reduction::sum: return sum(loss);
+    case Reduction::mean: {
+      // Divided by the number of non-ignored targets. All ignored: NaN (PyTorch), through a
+      // where() so that the gradient is 0, not 0 * inf = NaN.
+      const DType acc = accumulate_dtype(loss.dtype());
+      Tensor count = sum(valid);  // i64, on the device
+      Tensor total = div(as_dtype(sum(loss), acc), clamp_min(as_dtype(count, acc), 1.0));
+      return as_dtype(where(ne(count, Scalar(0)), total, nan_v), loss.dtype());
+    }
+  }
+  return loss;
+}
+
+// --- binary_cross_entropy_with_logits ----------------------------------------------------
+
+// Whether `from` broadcasts to exactly `to` (NumPy rules, `to` unchanged).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    std::int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+    if (f != t && f != 1) return false;
+  }
+  return true;
+}
+
+// softplus(-x) = log(1 + exp(-x)) = -log sigmoid(x), stable for any x.
+Tensor softplus_neg(const Tensor& x) { return add(log1p(exp(neg(abs(x)))), relu(neg(x))); }
+
+// loss = (1 - t) x + L softplus(-x), L = 1 + (p - 1) t (L = 1 without pos_weight). So
+//   dl/dx = L sigmoid(x) - p t   (sigmoid(x) - t without pos_weight)
+//   dl/dt = -x + (p - 1) softplus(-x)
+//   dl/dp = t softplus(-x)
+class BceWithLogitsBackward final : public autograd::Node {
+public:
+  BceWithLogitsBackward(const Tensor& x, const Tensor& t, const Tensor& p, Reduction reduction)
+      : x_(x), t_(t), p_(p), reduction_(reduction), shape_(x.shape()), x_dtype_(x.dtype()), t_dtype_(t.dtype()),
+        p_dtype_(p.defined() ? p.dtype() : x.dtype()), p_shape_(p.defined() ? p.shape() : Shape{}) {}
+
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    Tensor x = x_.unpack(*this), t = t_.unpack(*this), p = p_.unpack(*this);
+    const DType c = promote_types(x.dtype(), p.defined() ? promote_types(t.dtype(), p.dtype()) : t.dtype());
+    x = as_dtype(x, c);
+    t = as_dtype(t, c);
+    if (p.defined()) p = as_dtype(p, c);
+    Tensor g = as_dtype(grads[0], c);
+    std::int64_t n = 1;
+    for (auto s : shape_) n *= s;
+    switch (reduction_) {
+      case Reduction::none: break;
+      case Reduction::sum: g = g.expand(shape_); break;
+      case Reduction::mean: g = div(g, static_cast<double>(n)).expand(shape_); break;
+    }
+    Tensor dx, dt, dp;
+    if (next_edges[0].defined()) {
+      Tensor s = sigmoid(x);
+      Tensor d = p.defined() ? sub(mul(add(mul(sub(p, 1.0), t), 1.0), s), mul(p, t)) : sub(s, t);
+      dx = as_dtype(mul(g, d), x_dtype_);
+    }
+    const bool want_t = next_edges[1].defined(), want_p = next_edges.size() > 2 && next_edges[2].defined();
+    if (want_t || want_p) {
+      Tensor sp = softplus_neg(x);
+      if (want_t) {
+        Tensor d = p.defined() ? add(neg(x), mul(sub(p, 1.0), sp)) : neg(x);
+        dt = as_dtype(mul(g, d), t_dtype_);
+      }
+      if (want_p) dp = as_dtype(sum_to_size(mul(g, mul(t, sp)), p_shape_), p_dtype_);
+    }
+    return {dx, dt, dp};
+  }
+  std::string name() const override { return "BinaryCrossEntropyWithLogitsBackward"; }
+  void release_saved() override { x_.reset(), t_.reset(), p_.reset(); }
+
+private:
+  autograd::SavedTensor x_, t_, p_;
+  Reduction reduction_;
+  Shape shape_;
+  DType x_dtype_, t_dtype_, p_dtype_;
+  Shape p_shape_;
+};
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options) {
+  OpRange range("nll_loss");
+  if (options.label_smoothing != 0)
+    throw Error(ErrorKind::value, "nll_loss: label_smoothing must be 0 (it is an option of cross_entropy), got " +
+                                      std::to_string(options.label_smoothing));
+  check_targets("nll_loss", log_probs, target, options);
+  return nll_forward(log_probs, target, options);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
+  OpRange range("cross_entropy");
+  check_targets("cross_entropy", logits, target, options);
+  return nll_forward(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, options);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  OpRange range("mse_loss");
+  require_defined("mse_loss", input, "input");
+  require_defined("mse_loss", target, "target");
+  common_device("mse_loss", {input, target});
+  if (!is_floating_point(promote_types(input.dtype(), target.dtype())))
+    throw Error(ErrorKind::dtype, "mse_loss: expected floating-point tensors, got " + describe(input) + " and " +
+                                      describe(target));
+  // PyTorch warns when the shapes differ and broadcasts; so do we (without the warning).
+  broadcast_shapes(input.shape(), target.shape(), "mse_loss");
+  Tensor d = sub(input, target);
+  return reduce_loss(mul(d, d), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
+                                        const Tensor& pos_weight) {
+  constexpr const char* name = "binary_cross_entropy_with_logits";
+  OpRange range(name);
+  require_defined(name, logits, "input");
+  require_defined(name, target, "target");
+  common_device(name, {logits, target, pos_weight});
+  for (const Tensor* t : {&logits, &target, &pos_weight})
+    if (t->defined() && !is_floating_point(t->dtype()))
+      throw Error(ErrorKind::dtype, std::string(name) + ": expected floating-point input, target and pos_weight, got " +
+                                        describe(*t));
+  if (logits.shape() != target.shape())
+    throw Error(ErrorKind::shape, std::string(name) + ": target shape " + to_string(target.shape()) +
+                                      " must equal input shape " + to_string(logits.shape()));
+  if (pos_weight.defined() && !broadcasts_to(pos_weight.shape(), logits.shape()))
+    throw Error(ErrorKind::shape, std::string(name) + ": pos_weight shape " + to_string(pos_weight.shape()) +
+                                      " does not broadcast to input shape " + to_string(logits.shape()));
+  const DType c = promote_types(logits.dtype(), pos_weight.defined() ? promote_types(target.dtype(), pos_weight.dtype())
+                                                                     : target.dtype());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    Tensor x = as_dtype(logits, c), t = as_dtype(target, c);
+    Tensor loss;
+    if (pos_weight.defined()) {
+      // (1 - t) x + (1 + (p - 1) t) (log1p(exp(-|x|)) + max(-x, 0))   (PyTorch's formula)
+      Tensor p = as_dtype(pos_weight, c);
+      loss = add(mul(sub(1.0, t), x), mul(add(mul(sub(p, 1.0), t), 1.0), softplus_neg(x)));
+    } else {
+      // max(x, 0) - x t + log1p(exp(-|x|))
+      loss = add(sub(relu(x), mul(x, t)), log1p(exp(neg(abs(x)))));
+    }
+    out = reduce_loss(loss, reduction);
+  }
+  if (!autograd::any_requires_grad({logits, target, pos_weight})) return out;
+  auto node = std::make_shared<BceWithLogitsBackward>(logits, target, pos_weight, reduction);
+  autograd::connect(node, {logits, target, pos_weight}, {out});
+  return out;
+}
+
+}  // namespace brrr

@@ -1,2 +1,87 @@
+// softmax and log_softmax along any dim. The dim is moved last (a transpose, copied to
+// contiguous only when it is not already), one fused row kernel runs over [rows, cols], and
+// the result is moved back (a transposed view when dim was not last). Backward rules are
+// Tensor ops on the saved output, so create_graph gives higher-order gradients.
 module;
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 module brrr.ops;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+using namespace ops_detail;
+
+namespace {
+
+const char* op_name(bool log) { return log ? "log_softmax" : "softmax"; }
+
+// The forward pass, never recorded. `dim` is already wrapped.
+Tensor rows_forward(const Tensor& x, std::int64_t dim, bool log) {
+  const char* name = op_name(log);
+  if (x.dim() == 0) return rows_forward(x.reshape({1}), 0, log).reshape({});
+  const std::int64_t last = x.dim() - 1;
+  Tensor moved = dim == last ? x : x.transpose(dim, last);
+  Tensor xc = moved.contiguous();
+  Tensor out = empty(xc.shape(), {.dtype = x.dtype(), .device = x.device()});
+  if (out.numel() > 0) {
+    const std::int64_t cols = xc.size(-1), rows = xc.numel() / cols;
+    backend::backend_for(x.device())
+        .softmax(backend::operand(out.view({rows, cols}), name), backend::operand(xc.view({rows, cols}), name), log);
+  }
+  return dim == last ? out : out.transpose(dim, last);
+}
+
+// softmax:     dx = y * (g - sum(g * y, dim))
+// log_softmax: dx = g - exp(y) * sum(g, dim)
+// (the Jacobians of y = e^x / sum e^x and y = x - log sum e^x).
+class SoftmaxBackward final : public autograd::Node {
+public:
+  SoftmaxBackward(std::int64_t dim, bool log) : dim_(dim), log_(log) {}
+  void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    const Tensor& g = grads[0];
+    Tensor y = out_.unpack(*this);
+    std::vector<std::int64_t> dims;
+    if (y.dim() > 0) dims.push_back(dim_);
+    if (log_) return {sub(g, mul(exp(y), sum(g, dims, true)))};
+    return {mul(y, sub(g, sum(mul(g, y), dims, true)))};
+  }
+  std::string name() const override { return log_ ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
+  void release_saved() override { out_.reset(); }
+
+private:
+  std::int64_t dim_;
+  bool log_;
+  autograd::SavedTensor out_;
+};
+
+Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log) {
+  const char* name = op_name(log);
+  OpRange range(name);
+  require_defined(name, x);
+  if (!is_floating_point(x.dtype()))
+    throw Error(ErrorKind::dtype, std::string(name) + ": expected a floating-point tensor (f32, f64, bf16, f16), got " +
+                                      describe(x));
+  const std::int64_t d = wrap_dim(name, dim, x.dim(), x.shape());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = rows_forward(x, d, log);
+  }
+  if (!autograd::any_requires_grad({x})) return out;
+  auto node = std::make_shared<SoftmaxBackward>(d, log);
+  autograd::connect(node, {x}, {out});
+  node->save_output(out);
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_op(x, dim, false); }
+Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_op(x, dim, true); }
+
+}  // namespace brrr

@@ -1,9 +1,47 @@
-// Placeholder: replaced by the family's implementation.
+// CudaBackend's row ops (softmax, layer_norm): launch ops/cuda/rows.cu on the current
+// stream of the operands' device and check the launch status. Never waits for the device.
 module;
 #include <cstdint>
+#include <string>
+
+#include "cuda/check.hpp"
+#include "ops/cuda/kernels.hpp"
 module brrr.backend;
 import brrr.tensor;
+
 namespace brrr::backend {
-void CudaBackend::softmax(const Operand&, const Operand&, bool) { throw Error(ErrorKind::value, "not implemented yet"); }
-void CudaBackend::layer_norm(const Operand&, const Operand&, const Operand&, const Operand&, const Operand*, const Operand*, double) { throw Error(ErrorKind::value, "not implemented yet"); }
+
+namespace {
+
+// [rows, cols] of a contiguous operand whose last dim is the row (cols = 1 for 0-d).
+struct RowsCols {
+  std::int64_t rows = 0, cols = 0;
+};
+RowsCols rows_cols(const Operand& o) {
+  RowsCols r;
+  r.cols = o.ndim == 0 ? 1 : o.sizes[o.ndim - 1];
+  r.rows = r.cols == 0 ? 0 : o.numel / r.cols;
+  return r;
+}
+
+}  // namespace
+
+void CudaBackend::softmax(const Operand& out, const Operand& in, bool log) {
+  RowsCols rc = rows_cols(in);
+  if (rc.rows == 0) return;
+  DeviceGuard g(out.device);
+  BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, static_cast<kernels::ScalarType>(in.dtype), rc.rows, rc.cols,
+                                        log, current_stream(out.device)->handle));
+}
+
+void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
+                             const Operand* weight, const Operand* bias, double eps) {
+  RowsCols rc = rows_cols(in);
+  if (rc.rows == 0) return;
+  DeviceGuard g(out.device);
+  BRRR_CUDA_CHECK(kernels::layer_norm_rows(out.data, mean.data, rstd.data, in.data, weight ? weight->data : nullptr,
+                                           bias ? bias->data : nullptr, static_cast<kernels::ScalarType>(in.dtype),
+                                           rc.rows, rc.cols, eps, current_stream(out.device)->handle));
+}
+
 }  // namespace brrr::backend
