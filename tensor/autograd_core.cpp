@@ -29,8 +29,16 @@ public:
     if (g.shape() != leaf->layout.sizes)
       throw Error(ErrorKind::autograd, "AccumulateGrad: gradient of shape " + to_string(g.shape()) +
                                            " for a leaf of shape " + to_string(leaf->layout.sizes));
-    // Out of place, so a gradient handed in by the caller is never modified later.
-    leaf->grad = leaf->grad.defined() ? add(leaf->grad, g) : (is_grad_enabled() ? g : g.detach());
+    if (leaf->grad.defined()) {
+      leaf->grad = add(leaf->grad, g);  // out of place: a new tensor owned by .grad() alone
+      return {};
+    }
+    // Store the incoming gradient only if nothing else can see or alias it (as PyTorch
+    // does): a broadcast view, a tensor shared with another leaf's grad or held by the
+    // caller would be changed by in-place updates of .grad() (optimizers, clipping).
+    bool exclusive = g.is_contiguous() && TensorInternals::ptr(g).use_count() <= 2 && g.storage().use_count() == 1;
+    Tensor own = exclusive ? g : g.clone();
+    leaf->grad = is_grad_enabled() ? own : own.detach();
     return {};
   }
   std::string name() const override { return "AccumulateGrad"; }
@@ -41,6 +49,34 @@ private:
 }  // namespace
 
 Node::Node() : sequence_nr(next_sequence_nr++) {}
+
+// A node owns the nodes of its inputs (next_edges), so the default destructor of the last
+// node of a chain of N ops recurses N deep and overflows the stack for long chains (a 100000
+// op chain needs ~8 MB). Instead the outermost ~Node on a thread collects the children in a
+// list and releases them in a loop; the ~Node of a child released there finds the list and
+// appends its own children instead of recursing.
+namespace {
+thread_local std::vector<std::shared_ptr<Node>>* pending_release = nullptr;
+}
+
+Node::~Node() {
+  if (pending_release) {
+    for (Edge& e : next_edges)
+      if (e.node) pending_release->push_back(std::move(e.node));
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> list;
+  for (Edge& e : next_edges)
+    if (e.node) list.push_back(std::move(e.node));
+  if (list.empty()) return;
+  pending_release = &list;
+  while (!list.empty()) {
+    std::shared_ptr<Node> n = std::move(list.back());
+    list.pop_back();
+    n.reset();  // if this was the last owner, n's ~Node appends n's children to `list`
+  }
+  pending_release = nullptr;
+}
 
 bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
