@@ -1,2 +1,208 @@
+// Joining and splitting: cat, stack, split, chunk.
+// cat allocates its output and copies each input into its window (out.narrow) with the
+// strided-copy kernel; its backward narrows the gradient back. stack is cat of unsqueezed
+// inputs. split and chunk return narrow() views, which record their own graph nodes.
 module;
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 module brrr.ops;
+import brrr.tensor;
+
+namespace brrr {
+
+using namespace ops_detail;
+
+namespace {
+
+// PyTorch's legacy rule: 1-D tensors of shape [0] take no part in cat's shape checks.
+bool skipped(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+
+class CatBackward final : public autograd::Node {
+public:
+  struct Part {
+    std::int64_t offset = 0, length = 0;
+    bool skipped = false;
+    Shape shape;
+    DType dtype;
+  };
+  CatBackward(std::int64_t dim, std::vector<Part> parts) : dim_(dim), parts_(std::move(parts)) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    std::vector<Tensor> out(parts_.size());
+    for (std::size_t i = 0; i < parts_.size(); ++i) {
+      if (!next_edges[i].defined()) continue;
+      const Part& p = parts_[i];
+      if (p.skipped) {
+        out[i] = zeros(p.shape, {.dtype = p.dtype, .device = g[0].device()});
+        continue;
+      }
+      Tensor gi = g[0].narrow(dim_, p.offset, p.length);
+      out[i] = gi.dtype() == p.dtype ? gi : gi.to(p.dtype);
+    }
+    return out;
+  }
+  std::string name() const override { return "CatBackward"; }
+
+private:
+  std::int64_t dim_;
+  std::vector<Part> parts_;
+};
+
+Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, std::int64_t dim) {
+  if (tensors.empty()) throw Error(ErrorKind::value, std::string(op) + ": expected a non-empty list of tensors");
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    require_defined(op, tensors[i], ("tensor " + std::to_string(i)).c_str());
+  Device dev = tensors[0].device();
+  DType dtype = tensors[0].dtype();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (t.device() != dev)
+      throw Error(ErrorKind::device, std::string(op) + ": expected all tensors on one device, got " +
+                                         describe(tensors[0]) + " (tensor 0) and " + describe(t) + " (tensor " +
+                                         std::to_string(i) + ")");
+    if (t.dim() == 0)
+      throw Error(ErrorKind::shape, std::string(op) + ": zero-dimensional tensor (tensor " + std::to_string(i) +
+                                        ") cannot be concatenated");
+    dtype = promote_types(dtype, t.dtype());
+  }
+  // The reference shape: the first tensor that is not a legacy [0].
+  const Tensor* ref = nullptr;
+  std::size_t ref_index = 0;
+  for (std::size_t i = 0; i < tensors.size() && !ref; ++i)
+    if (!skipped(tensors[i])) ref = &tensors[i], ref_index = i;
+  if (!ref) {  // nothing but [0] tensors
+    Tensor out = empty({0}, {.dtype = dtype, .device = dev});
+    wrap_dim(op, dim, 1, out.shape());
+    return out;
+  }
+  std::int64_t ndim = ref->dim();
+  std::int64_t d = wrap_dim(op, dim, ndim, ref->shape());
+  Shape shape = ref->shape();
+  shape[d] = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (skipped(t)) continue;
+    if (t.dim() != ndim)
+      throw Error(ErrorKind::shape, std::string(op) + ": tensors must have the same number of dims; tensor " +
+                                        std::to_string(ref_index) + " has shape " + to_string(ref->shape()) +
+                                        " and tensor " + std::to_string(i) + " has shape " + to_string(t.shape()));
+    for (std::int64_t k = 0; k < ndim; ++k)
+      if (k != d && t.size(k) != ref->size(k))
+        throw Error(ErrorKind::shape, std::string(op) + ": sizes of tensors must match except in dim " +
+                                          std::to_string(d) + "; tensor " + std::to_string(ref_index) + " has shape " +
+                                          to_string(ref->shape()) + " and tensor " + std::to_string(i) +
+                                          " has shape " + to_string(t.shape()) + " (dim " + std::to_string(k) +
+                                          ": " + std::to_string(ref->size(k)) + " vs " + std::to_string(t.size(k)) +
+                                          ")");
+    shape[d] += t.size(d);
+  }
+
+  Tensor out;
+  std::vector<CatBackward::Part> parts(tensors.size());
+  {
+    NoGradGuard no_grad;
+    out = empty(shape, {.dtype = dtype, .device = dev});
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor& t = tensors[i];
+      parts[i].shape = t.shape();
+      parts[i].dtype = t.dtype();
+      if (skipped(t)) {
+        parts[i].skipped = true;
+        continue;
+      }
+      std::int64_t len = t.size(d);
+      parts[i].offset = offset;
+      parts[i].length = len;
+      if (t.numel() > 0) out.narrow(d, offset, len).copy_(t);
+      offset += len;
+    }
+  }
+  bool record = false;
+  if (autograd::is_grad_enabled())
+    for (const Tensor& t : tensors) record = record || t.requires_grad();
+  if (record && is_floating_point(dtype))
+    autograd::connect(std::make_shared<CatBackward>(d, std::move(parts)), tensors, std::vector<Tensor>{out});
+  return out;
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) { return cat_impl("cat", tensors, dim); }
+
+Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  if (tensors.empty()) throw Error(ErrorKind::value, "stack: expected a non-empty list of tensors");
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    require_defined("stack", tensors[i], ("tensor " + std::to_string(i)).c_str());
+  const Shape& shape = tensors[0].shape();
+  for (std::size_t i = 1; i < tensors.size(); ++i)
+    if (tensors[i].shape() != shape)
+      throw Error(ErrorKind::shape, "stack: expects each tensor to be of equal shape, but got " + to_string(shape) +
+                                        " at entry 0 and " + to_string(tensors[i].shape()) + " at entry " +
+                                        std::to_string(i));
+  std::int64_t ndim = static_cast<std::int64_t>(shape.size());
+  std::int64_t d = wrap_dim("stack", dim, ndim + 1, shape);
+  std::vector<Tensor> expanded;
+  expanded.reserve(tensors.size());
+  for (const Tensor& t : tensors) expanded.push_back(t.unsqueeze(d));
+  return cat_impl("stack", expanded, d);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
+  require_defined("split", x);
+  if (x.dim() == 0) throw Error(ErrorKind::shape, "split: cannot split a 0-d tensor");
+  std::int64_t d = wrap_dim("split", dim, x.dim(), x.shape());
+  std::int64_t total = 0;
+  for (std::int64_t s : sizes) {
+    if (s < 0)
+      throw Error(ErrorKind::value, "split: split sizes must be non-negative, got " + to_string(Shape(sizes)));
+    total += s;
+  }
+  if (total != x.size(d))
+    throw Error(ErrorKind::value, "split: split sizes " + to_string(Shape(sizes)) + " must sum to the size " +
+                                      std::to_string(x.size(d)) + " of dim " + std::to_string(d) + " (shape " +
+                                      to_string(x.shape()) + ")");
+  std::vector<Tensor> out;
+  out.reserve(sizes.size());
+  std::int64_t offset = 0;
+  for (std::int64_t s : sizes) {
+    out.push_back(x.narrow(d, offset, s));
+    offset += s;
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t dim) {
+  require_defined("split", x);
+  if (x.dim() == 0) throw Error(ErrorKind::shape, "split: cannot split a 0-d tensor");
+  std::int64_t d = wrap_dim("split", dim, x.dim(), x.shape());
+  std::int64_t size = x.size(d);
+  if (split_size < 0 || (split_size == 0 && size > 0))
+    throw Error(ErrorKind::value, "split: split_size must be positive (0 only for an empty dim), got " +
+                                      std::to_string(split_size) + " for dim " + std::to_string(d) + " of size " +
+                                      std::to_string(size));
+  std::vector<std::int64_t> sizes;
+  if (size == 0) {
+    sizes.push_back(0);
+  } else {
+    for (std::int64_t offset = 0; offset < size;) {
+      std::int64_t len = split_size < size - offset ? split_size : size - offset;
+      sizes.push_back(len);
+      offset += len;
+    }
+  }
+  return split(x, sizes, d);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim) {
+  require_defined("chunk", x);
+  if (x.dim() == 0) throw Error(ErrorKind::shape, "chunk: expects at least a 1-d tensor");
+  if (chunks <= 0) throw Error(ErrorKind::value, "chunk: chunks must be positive, got " + std::to_string(chunks));
+  std::int64_t d = wrap_dim("chunk", dim, x.dim(), x.shape());
+  std::int64_t size = x.size(d);
+  if (size == 0) return split(x, std::vector<std::int64_t>(static_cast<std::size_t>(chunks), 0), d);
+  return split(x, (size + chunks - 1) / chunks, d);
+}
+
+}  // namespace brrr

@@ -1,2 +1,258 @@
+// matmul with NumPy/PyTorch semantics, over the backend's strided-batched GEMM.
+//
+// Forward: 1-D operands get a dim prepended (a) or appended (b); the batch dims broadcast;
+// each operand is handed to the backend as (batch stride, row stride, col stride) without a
+// copy whenever one of its two inner strides is 1 and the other one at least the size it
+// steps over (a row-major matrix or a transposed view: cuBLAS expresses both with its
+// transpose flags), and its broadcast batch dims collapse into one stride (0 for a broadcast
+// operand). Otherwise the operand is made contiguous first. When b has no batch dims, a's
+// batch and row dims fold into one big GEMM where a's strides allow it.
+// Backward: grad_a = g @ b^T, grad_b = a^T @ g (summed over broadcast batch dims), written
+// with ops so that create_graph records them.
 module;
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 module brrr.ops;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+using namespace ops_detail;
+
+namespace {
+
+std::atomic<bool> tf32_allowed{false};
+
+bool is_gemm_dtype(DType d) {
+  switch (d) {
+    case DType::f32: case DType::f64: case DType::bf16: case DType::f16: return true;
+    case DType::i32: case DType::i64: case DType::boolean: return false;
+  }
+  return false;
+}
+
+// The shapes of a matmul once 1-D operands are promoted to matrices.
+struct Plan {
+  Shape batch;      // broadcast batch dims
+  std::int64_t m = 0, k = 0, n = 0;
+  Shape a_full;     // a as a (batched) matrix: [..., m, k]
+  Shape b_full;     // [..., k, n]
+  Shape out_shape;  // the result, with the promoted dims removed again
+};
+
+Plan make_plan(const Tensor& a, const Tensor& b) {
+  require_defined("matmul", a, "first operand");
+  require_defined("matmul", b, "second operand");
+  common_device("matmul", {a, b});
+  for (const Tensor* t : {&a, &b})
+    if (!is_gemm_dtype(t->dtype()))
+      throw Error(ErrorKind::dtype, "matmul: expected floating-point tensors (f32, f64, bf16, f16), got " +
+                                        describe(a) + " and " + describe(b));
+  if (a.dtype() != b.dtype())
+    throw Error(ErrorKind::dtype, "matmul: expected both operands to have the same dtype, got " + describe(a) +
+                                      " and " + describe(b) + " (convert one with .to(dtype))");
+  if (a.dim() == 0 || b.dim() == 0)
+    throw Error(ErrorKind::shape, "matmul: both operands need at least 1 dim, got shapes " + to_string(a.shape()) +
+                                      " and " + to_string(b.shape()));
+  Plan p;
+  p.a_full = a.shape();
+  if (a.dim() == 1) p.a_full.insert(p.a_full.begin(), 1);
+  p.b_full = b.shape();
+  if (b.dim() == 1) p.b_full.push_back(1);
+  std::int64_t ka = p.a_full.back(), kb = p.b_full[p.b_full.size() - 2];
+  if (ka != kb)
+    throw Error(ErrorKind::shape, "matmul: shapes " + to_string(a.shape()) + " and " + to_string(b.shape()) +
+                                      " cannot be multiplied (" + std::to_string(ka) + " != " + std::to_string(kb) +
+                                      ")");
+  p.m = p.a_full[p.a_full.size() - 2];
+  p.k = ka;
+  p.n = p.b_full.back();
+  Shape a_batch(p.a_full.begin(), p.a_full.end() - 2), b_batch(p.b_full.begin(), p.b_full.end() - 2);
+  try {
+    p.batch = broadcast_shapes(a_batch, b_batch, "matmul");
+  } catch (const Error&) {
+    throw Error(ErrorKind::shape, "matmul: the batch dims of shapes " + to_string(a.shape()) + " and " +
+                                      to_string(b.shape()) + " cannot be broadcast (" + to_string(a_batch) + " vs " +
+                                      to_string(b_batch) + ")");
+  }
+  p.out_shape = p.batch;
+  if (a.dim() > 1) p.out_shape.push_back(p.m);
+  if (b.dim() > 1) p.out_shape.push_back(p.n);
+  return p;
+}
+
+// Strides (row, col) of a [rows, cols] matrix as a GEMM operand: one of them 1 and the other
+// at least the size it steps over (so it is a valid leading dimension), or nullopt. Strides of
+// size-1 dims never matter and are normalised. Sizes here are >= 1.
+std::optional<std::pair<std::int64_t, std::int64_t>> matrix_strides(std::int64_t rows, std::int64_t cols,
+                                                                     std::int64_t rs, std::int64_t cs) {
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) return std::pair{rows == 1 ? cols : rs, std::int64_t(1)};
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) return std::pair{std::int64_t(1), cols == 1 ? rows : cs};
+  return std::nullopt;
+}
+
+// The one stride that walks dims [0, ndims) of (sizes, strides) in row-major order, if one
+// does (0 when they are all broadcast or all of size 1).
+std::optional<std::int64_t> single_stride(const Shape& sizes, const Shape& strides, std::size_t ndims) {
+  std::int64_t stride = 0, span = 1;
+  bool have = false;
+  for (std::size_t d = ndims; d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (!have) {
+      stride = strides[d];
+      have = true;
+    } else if (strides[d] != stride * span) {
+      return std::nullopt;
+    }
+    span *= sizes[d];
+  }
+  return stride;
+}
+
+// One GEMM operand: the tensor that owns the numbers and its three strides.
+struct Operand {
+  Tensor t;
+  std::int64_t batch_stride = 0, row_stride = 0, col_stride = 0;
+};
+
+// `t` broadcast to batch + [rows, cols], as a GEMM operand (copied only when its strides
+// cannot be expressed).
+Operand gemm_operand(Tensor t, const Shape& batch, std::int64_t rows, std::int64_t cols) {
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  t = t.expand(full);
+  std::size_t nb = batch.size();
+  auto inner = matrix_strides(rows, cols, t.stride(-2), t.stride(-1));
+  auto outer = single_stride(t.shape(), t.strides(), nb);
+  if (!inner || !outer) {
+    t = t.contiguous();
+    inner = std::pair{cols, std::int64_t(1)};
+    outer = rows * cols;
+  }
+  return {t, *outer, inner->first, inner->second};
+}
+
+Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
+  NoGradGuard no_grad;
+  Device dev = a.device();
+  Shape full = p.batch;
+  full.push_back(p.m);
+  full.push_back(p.n);
+  Tensor out = empty(full, {.dtype = a.dtype(), .device = dev});
+  if (out.numel() == 0) return out.view(p.out_shape);
+  if (p.k == 0) {  // an empty sum
+    out.fill_(0);
+    return out.view(p.out_shape);
+  }
+  Tensor A = a.dim() == 1 ? a.unsqueeze(0) : a;
+  Tensor B = b.dim() == 1 ? b.unsqueeze(-1) : b;
+  std::int64_t batch = 1;
+  for (auto s : p.batch) batch *= s;
+
+  backend::GemmArgs args;
+  args.dtype = a.dtype();
+  args.device = dev.is_cuda() ? dev.index() : -1;
+  args.allow_tf32 = tf32_allowed.load(std::memory_order_relaxed);
+  args.c = out.data_ptr();
+  args.k = p.k;
+  args.n = p.n;
+
+  // b without batch dims: a's batch and row dims may fold into one [batch * m, k] matrix,
+  // one large GEMM instead of `batch` small ones.
+  bool folded = false;
+  if (B.dim() == 2 && batch > 1 && (A.stride(-1) == 1 || p.k == 1)) {
+    auto rows = single_stride(A.shape(), A.strides(), A.shape().size() - 1);
+    if (rows && *rows >= p.k) {
+      Operand ob = gemm_operand(B, {}, p.k, p.n);
+      args.batch = 1;
+      args.m = batch * p.m;
+      args.a = A.data_ptr();
+      args.a_batch_stride = 0;
+      args.a_row_stride = *rows;
+      args.a_col_stride = 1;
+      args.b = ob.t.data_ptr();
+      args.b_batch_stride = 0;
+      args.b_row_stride = ob.row_stride;
+      args.b_col_stride = ob.col_stride;
+      backend::backend_for(dev).gemm(args);
+      folded = true;
+    }
+  }
+  if (!folded) {
+    Operand oa = gemm_operand(A, p.batch, p.m, p.k);
+    Operand ob = gemm_operand(B, p.batch, p.k, p.n);
+    args.batch = batch;
+    args.m = p.m;
+    args.a = oa.t.data_ptr();
+    args.a_batch_stride = oa.batch_stride;
+    args.a_row_stride = oa.row_stride;
+    args.a_col_stride = oa.col_stride;
+    args.b = ob.t.data_ptr();
+    args.b_batch_stride = ob.batch_stride;
+    args.b_row_stride = ob.row_stride;
+    args.b_col_stride = ob.col_stride;
+    backend::backend_for(dev).gemm(args);
+  }
+  return out.view(p.out_shape);
+}
+
+class MatmulBackward final : public autograd::Node {
+public:
+  MatmulBackward(const Tensor& a, const Tensor& b, Plan plan) : a_(a), b_(b), plan_(std::move(plan)) {}
+
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    const Plan& p = plan_;
+    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
+    Tensor A = a.dim() == 1 ? a.unsqueeze(0) : a;    // [..., m, k]
+    Tensor B = b.dim() == 1 ? b.unsqueeze(-1) : b;   // [..., k, n]
+    Shape full = p.batch;
+    full.push_back(p.m);
+    full.push_back(p.n);
+    Tensor g = grads[0].shape() == full ? grads[0] : grads[0].reshape(full);  // [batch..., m, n]
+    Tensor ga, gb;
+    if (next_edges[0].defined()) {
+      Tensor r = matmul(g, B.transpose(-1, -2));  // [batch..., m, k]
+      if (r.shape() != p.a_full) r = sum_to_size(r, p.a_full);
+      ga = r.shape() == a.shape() ? r : r.reshape(a.shape());
+    }
+    if (next_edges[1].defined()) {
+      Tensor r;
+      if (B.dim() == 2 && g.dim() > 2) {
+        // sum over the batch of A[i]^T g[i] = (A's rows stacked)^T (g's rows stacked).
+        r = matmul(A.reshape({-1, p.k}).t(), g.reshape({-1, p.n}));  // [k, n]
+      } else {
+        r = matmul(A.transpose(-1, -2), g);  // [batch..., k, n]
+        if (r.shape() != p.b_full) r = sum_to_size(r, p.b_full);
+      }
+      gb = r.shape() == b.shape() ? r : r.reshape(b.shape());
+    }
+    return {ga, gb};
+  }
+  std::string name() const override { return "MatmulBackward"; }
+  void release_saved() override { a_.reset(), b_.reset(); }
+
+private:
+  autograd::SavedTensor a_, b_;
+  Plan plan_;
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Plan p = make_plan(a, b);
+  Tensor out = matmul_forward(a, b, p);
+  if (autograd::any_requires_grad({a, b})) autograd::connect(std::make_shared<MatmulBackward>(a, b, std::move(p)), {a, b}, {out});
+  return out;
+}
+
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+
+}  // namespace brrr

@@ -1,5 +1,7 @@
 // Views: each makes a new Layout over the same Storage. No numbers move (except reshape and
-// contiguous, which copy only when no view can express the result).
+// contiguous, which copy only when no view can express the result). When the input requires
+// grad (and grad mode is on) the returned view records a graph node; the backward rules live
+// in ops/view_backward.cpp.
 module;
 #include <algorithm>
 #include <cstdint>
@@ -8,9 +10,31 @@ module;
 #include <vector>
 module brrr.tensor;
 
+// Defined in ops/view_backward.cpp (an implementation unit of this module, so these have
+// module linkage and name the same functions there): each makes `view` (or `out`) the output
+// of a graph node whose input is `input`.
+namespace brrr::view_autograd {
+void record_reshape(const char* op, const Tensor& input, const Tensor& view);
+void record_permute(const char* op, const Tensor& input, const Tensor& view, const Shape& dims);
+void record_expand(const char* op, const Tensor& input, const Tensor& view);
+void record_slice(const Tensor& input, const Tensor& view, std::int64_t dim, std::int64_t start, std::int64_t end,
+                  std::int64_t step);
+void record_select(const Tensor& input, const Tensor& view, std::int64_t dim, std::int64_t index);
+void record_as_strided(const Tensor& input, const Tensor& view);
+void record_identity(const char* op, const Tensor& input, const Tensor& out);
+}  // namespace brrr::view_autograd
+
 namespace brrr {
 
 namespace {
+
+bool records(const Tensor& input) { return autograd::any_requires_grad({input}); }
+
+// A view that keeps the row-major order of the elements: its gradient is a reshape.
+Tensor reshape_node(const char* op, const Tensor& input, Tensor view) {
+  if (records(input)) view_autograd::record_reshape(op, input, view);
+  return view;
+}
 
 std::string dim_error(const char* op, std::int64_t d, std::int64_t ndim, const Shape& shape) {
   return std::string(op) + ": dim " + std::to_string(d) + " out of range for a " + std::to_string(ndim) +
@@ -101,15 +125,20 @@ Tensor Tensor::view(Shape shape) const {
     throw Error(ErrorKind::shape, "view: shape " + to_string(sizes) + " cannot view a tensor of shape " +
                                       to_string(i.layout.sizes) + " with strides " + to_string(i.layout.strides) +
                                       " without a copy; use reshape()");
-  return make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset});
+  return reshape_node("View", *this, make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset}));
 }
 
 Tensor Tensor::reshape(Shape shape) const {
   const Impl& i = checked("reshape");
   Shape sizes = infer_size("reshape", std::move(shape), i.layout.numel(), i.layout.sizes);
   if (auto strides = view_strides(i.layout.sizes, i.layout.strides, sizes))
-    return make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset});
-  return clone().view(std::move(sizes));
+    return reshape_node("Reshape", *this, make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset}));
+  Tensor copy;
+  {
+    NoGradGuard no_grad;
+    copy = clone().view(std::move(sizes));
+  }
+  return reshape_node("Reshape", *this, copy);
 }
 
 Tensor Tensor::permute(Shape dims) const {
@@ -127,20 +156,31 @@ Tensor Tensor::permute(Shape dims) const {
     seen[d] = true;
     l.sizes[k] = i.layout.sizes[d];
     l.strides[k] = i.layout.strides[d];
+    dims[k] = d;
   }
-  return make_view(*this, std::move(l));
+  Tensor out = make_view(*this, std::move(l));
+  if (records(*this)) view_autograd::record_permute("Permute", *this, out, dims);
+  return out;
 }
 
 Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
   const Impl& i = checked("transpose");
   std::int64_t n = i.layout.dim();
-  if (n == 0 && (dim0 == 0 || dim0 == -1) && (dim1 == 0 || dim1 == -1)) return make_view(*this, i.layout);
+  if (n == 0 && (dim0 == 0 || dim0 == -1) && (dim1 == 0 || dim1 == -1))
+    return reshape_node("Transpose", *this, make_view(*this, i.layout));
   std::int64_t a = wrap_dim("transpose", dim0, n, i.layout.sizes);
   std::int64_t b = wrap_dim("transpose", dim1, n, i.layout.sizes);
   Layout l = i.layout;
   std::swap(l.sizes[a], l.sizes[b]);
   std::swap(l.strides[a], l.strides[b]);
-  return make_view(*this, std::move(l));
+  Tensor out = make_view(*this, std::move(l));
+  if (records(*this)) {
+    Shape dims(static_cast<std::size_t>(n));
+    for (std::int64_t k = 0; k < n; ++k) dims[k] = k;
+    std::swap(dims[a], dims[b]);
+    view_autograd::record_permute("Transpose", *this, out, dims);
+  }
+  return out;
 }
 
 Tensor Tensor::t() const {
@@ -148,7 +188,7 @@ Tensor Tensor::t() const {
   if (n > 2)
     throw Error(ErrorKind::shape, "t: expects a tensor with <= 2 dims, got shape " + to_string(shape()) +
                                       "; use transpose(dim0, dim1)");
-  return n < 2 ? make_view(*this, layout()) : transpose(0, 1);
+  return n < 2 ? reshape_node("T", *this, make_view(*this, layout())) : transpose(0, 1);
 }
 
 Tensor Tensor::slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step) const {
@@ -169,7 +209,9 @@ Tensor Tensor::slice(std::int64_t dim, std::int64_t start, std::int64_t end, std
   l.offset += s * l.strides[d];
   l.sizes[d] = e == s ? 0 : (e - s - 1) / step + 1;  // ceil((e - s) / step) without overflow
   l.strides[d] *= step;
-  return make_view(*this, std::move(l));
+  Tensor out = make_view(*this, std::move(l));
+  if (records(*this)) view_autograd::record_slice(*this, out, d, s, e, step);
+  return out;
 }
 
 Tensor Tensor::narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const {
@@ -201,7 +243,9 @@ Tensor Tensor::select(std::int64_t dim, std::int64_t index) const {
   l.offset += index * l.strides[d];
   l.sizes.erase(l.sizes.begin() + d);
   l.strides.erase(l.strides.begin() + d);
-  return make_view(*this, std::move(l));
+  Tensor out = make_view(*this, std::move(l));
+  if (records(*this)) view_autograd::record_select(*this, out, d, index);
+  return out;
 }
 
 Tensor Tensor::expand(Shape shape) const {
@@ -235,7 +279,9 @@ Tensor Tensor::expand(Shape shape) const {
                  std::to_string(want));
     }
   }
-  return make_view(*this, std::move(l));
+  Tensor out = make_view(*this, std::move(l));
+  if (records(*this)) view_autograd::record_expand("Expand", *this, out);
+  return out;
 }
 
 Tensor Tensor::broadcast_to(Shape shape) const {
@@ -257,20 +303,20 @@ Tensor Tensor::squeeze() const {
       l.sizes.push_back(i.layout.sizes[k]);
       l.strides.push_back(i.layout.strides[k]);
     }
-  return make_view(*this, std::move(l));
+  return reshape_node("Squeeze", *this, make_view(*this, std::move(l)));
 }
 
 Tensor Tensor::squeeze(std::int64_t dim) const {
   const Impl& i = checked("squeeze");
   std::int64_t n = i.layout.dim();
-  if (n == 0 && (dim == 0 || dim == -1)) return make_view(*this, i.layout);
+  if (n == 0 && (dim == 0 || dim == -1)) return reshape_node("Squeeze", *this, make_view(*this, i.layout));
   std::int64_t d = wrap_dim("squeeze", dim, n, i.layout.sizes);
   Layout l = i.layout;
   if (l.sizes[d] == 1) {
     l.sizes.erase(l.sizes.begin() + d);
     l.strides.erase(l.strides.begin() + d);
   }
-  return make_view(*this, std::move(l));
+  return reshape_node("Squeeze", *this, make_view(*this, std::move(l)));
 }
 
 Tensor Tensor::unsqueeze(std::int64_t dim) const {
@@ -282,7 +328,7 @@ Tensor Tensor::unsqueeze(std::int64_t dim) const {
   std::int64_t stride = d < n ? l.sizes[d] * l.strides[d] : 1;
   l.sizes.insert(l.sizes.begin() + d, 1);
   l.strides.insert(l.strides.begin() + d, stride);
-  return make_view(*this, std::move(l));
+  return reshape_node("Unsqueeze", *this, make_view(*this, std::move(l)));
 }
 
 Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
@@ -294,7 +340,7 @@ Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
   if (s > e)
     throw Error(ErrorKind::index, "flatten: start_dim " + std::to_string(start_dim) + " comes after end_dim " +
                                       std::to_string(end_dim) + " for shape " + to_string(i.layout.sizes));
-  if (s == e) return make_view(*this, i.layout);
+  if (s == e) return reshape_node("Flatten", *this, make_view(*this, i.layout));
   Shape sizes(i.layout.sizes.begin(), i.layout.sizes.begin() + s);
   std::int64_t merged = 1;
   for (std::int64_t k = s; k <= e; ++k) merged *= i.layout.sizes[k];
@@ -307,18 +353,27 @@ Tensor Tensor::as_strided(Shape sizes, Shape strides, std::int64_t offset) const
   checked("as_strided");
   if (offset < 0)
     throw Error(ErrorKind::index, "as_strided: negative offset " + std::to_string(offset));
+  Tensor out;
   try {
-    return make_view(*this, Layout{std::move(sizes), std::move(strides), offset});
+    out = make_view(*this, Layout{std::move(sizes), std::move(strides), offset});
   } catch (const Error& e) {  // the layout checks of Tensor's constructor, named after this op
     std::string what = e.what();
     if (what.rfind("Tensor: ", 0) == 0) what.erase(0, 8);
     throw Error(e.kind(), "as_strided: " + what);
   }
+  if (records(*this)) view_autograd::record_as_strided(*this, out);
+  return out;
 }
 
 Tensor Tensor::contiguous() const {
   if (checked("contiguous").layout.is_contiguous()) return *this;
-  return clone();
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // clone() may record a node of its own one day; this one is enough
+    out = clone();
+  }
+  if (records(*this)) view_autograd::record_identity("Contiguous", *this, out);
+  return out;
 }
 
 }  // namespace brrr
