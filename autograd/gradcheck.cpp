@@ -16,9 +16,11 @@ namespace {
 
 // Fixed pseudo-random projection weights in [0.5, 1.5) (a local LCG: gradcheck must not
 // move the global generators), so a non-scalar output is reduced without symmetric
-// cancellations.
+// cancellations. A single-element output keeps weight 1: the values reported on a mismatch
+// are then the function's own derivatives.
 Tensor projection(const Shape& shape) {
   std::int64_t n = checked_numel(shape, "gradcheck");
+  if (n == 1) return ones(shape, {.dtype = DType::f64});
   std::vector<double> w(static_cast<std::size_t>(n));
   std::uint64_t state = 0x9E3779B97F4A7C15ull;
   for (double& v : w) {
@@ -28,9 +30,10 @@ Tensor projection(const Shape& shape) {
   return Tensor::from_vector(w, shape.empty() ? Shape{1} : shape).reshape(shape);
 }
 
+// One-element outputs are used as they are; others are reduced with the projection.
 Tensor scalarize(const Tensor& out, const Tensor& weights) {
   Tensor o = out.dtype() == DType::f64 ? out : out.to(DType::f64);
-  return sum(mul(o, weights));
+  return o.numel() == 1 ? sum(o) : sum(mul(o, weights));
 }
 
 std::string index_text(std::int64_t flat, const Shape& shape) {

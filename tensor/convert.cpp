@@ -123,11 +123,17 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
+namespace view_autograd {  // ops/view_backward.cpp
+void record_identity(const char* op, const Tensor& input, const Tensor& out);
+}
+
 Tensor Tensor::clone() const {
   const Impl& i = checked("clone");
   Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device()});
   if (out.numel() > 0)
     backend::backend_for(device()).copy(backend::operand(out, "clone"), backend::operand(*this, "clone"));
+  if (autograd::any_requires_grad({*this}) && is_floating_point(i.dtype))
+    view_autograd::record_identity("Clone", *this, out);
   return out;
 }
 
