@@ -432,7 +432,9 @@ struct Edge {
 class Node {
 public:
   Node();
-  virtual ~Node() = default;
+  /// Frees the nodes this one owns through next_edges with a loop, not a recursion, so that
+  /// dropping a graph of any depth cannot overflow the stack.
+  virtual ~Node();
   /// grad_outputs[i] is the gradient of output i (undefined means zero).
   virtual std::vector<Tensor> apply(std::vector<Tensor> grad_outputs) = 0;
   /// The op's name with "Backward", e.g. "MulBackward".

@@ -155,9 +155,14 @@ public:
   std::vector<Tensor> apply(std::vector<Tensor> g) override {
     Tensor a = a_.unpack(*this), b = b_.unpack(*this);
     Tensor ga, gb;
-    // d/da a^b = b a^(b-1);  d/db a^b = a^b log(a), taken as 0 where a == 0 and b >= 0
-    // (PyTorch's convention, so that 0^b stays differentiable in b).
-    if (next_edges[0].defined()) ga = reduce_grad(mul(g[0], mul(b, pow(a, sub(b, 1.0)))), a_shape, a_dtype);
+    // d/da a^b = b a^(b-1), taken as 0 where b == 0 (not 0 * 0^-1 = NaN at a == 0);
+    // d/db a^b = a^b log(a), taken as 0 where a == 0 and b >= 0 (PyTorch's conventions, so
+    // that 0^b stays differentiable in b).
+    if (next_edges[0].defined()) {
+      Tensor d = mul(b, pow(a, sub(b, 1.0)));
+      d = where(eq(b, 0.0), zeros_like(d), d);
+      ga = reduce_grad(mul(g[0], d), a_shape, a_dtype);
+    }
     if (next_edges[1].defined()) {
       Tensor out = out_.unpack(*this);
       Tensor d = mul(out, log(a));
@@ -204,8 +209,9 @@ class ScalarBackward final : public autograd::Node {
 public:
   ScalarBackward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
       : op_(op), s_(s), scalar_first_(scalar_first), shape_(a.shape()), dtype_(a.dtype()) {
-    // Only s / a and a ^ s need the input itself.
-    if ((op == BinaryOp::div && scalar_first) || (op == BinaryOp::pow && !scalar_first)) a_ = autograd::SavedTensor(a);
+    // Only s / a, a ^ s and 0 ^ a need the input itself.
+    if ((op == BinaryOp::div && scalar_first) || (op == BinaryOp::pow && (!scalar_first || s == 0)))
+      a_ = autograd::SavedTensor(a);
   }
   void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
   std::vector<Tensor> apply(std::vector<Tensor> g) override {
@@ -226,8 +232,9 @@ public:
         if (!scalar_first_) {  // a^s -> s a^(s-1)
           Tensor a = a_.unpack(*this);
           gi = s_ == 0 ? zeros_like(g[0]) : mul(g[0], mul(pow(a, s_ - 1.0), s_));
-        } else {  // s^a -> s^a log(s)
+        } else {  // s^a -> s^a log(s); 0^a -> 0 where a >= 0 (PyTorch), not 0 * log(0) = NaN
           gi = mul(g[0], mul(out_.unpack(*this), std::log(s_)));
+          if (s_ == 0) gi = where(ge(a_.unpack(*this), 0.0), zeros_like(gi), gi);
         }
         break;
       case BinaryOp::maximum: case BinaryOp::minimum: case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt:

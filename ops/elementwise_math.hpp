@@ -34,7 +34,7 @@ template <class A> BRRR_HD A ipow(A base, A exp) {  // integer power by squaring
 template <Unary OP, class A> BRRR_HD A unary(A x, A lo, A hi) {
   using std::abs, std::exp, std::log, std::log1p, std::sqrt, std::tanh, std::sin, std::cos, std::erf;
   if constexpr (OP == Unary::neg) return -x;
-  else if constexpr (OP == Unary::abs) return x < A(0) ? -x : x;
+  else if constexpr (OP == Unary::abs) return x < A(0) ? -x : (x == A(0) ? A(0) : x);  // abs(-0.0) = +0.0
   else if constexpr (OP == Unary::relu) return x <= A(0) ? A(0) : x;  // NaN stays NaN
   else if constexpr (OP == Unary::sign) return A((A(0) < x) - (x < A(0)));
   else if constexpr (OP == Unary::clamp) {

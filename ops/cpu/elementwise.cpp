@@ -29,8 +29,9 @@ template <ew::Unary OP> void unary_loop(const Operand& out, const Operand& in, d
       hi = static_cast<A>(p1);
     } else {
       constexpr A min = std::numeric_limits<A>::lowest(), max = std::numeric_limits<A>::max();
-      lo = p0 <= static_cast<double>(min) ? min : static_cast<A>(std::ceil(p0));
-      hi = p1 >= static_cast<double>(max) ? max : static_cast<A>(std::floor(p1));
+      // (a bound beyond the other end of the range saturates too: the cast would be undefined)
+      lo = p0 <= static_cast<double>(min) ? min : p0 >= static_cast<double>(max) ? max : static_cast<A>(std::ceil(p0));
+      hi = p1 >= static_cast<double>(max) ? max : p1 <= static_cast<double>(min) ? min : static_cast<A>(std::floor(p1));
     }
     const Operand* ops[2] = {&out, &in};
     for_each(ops, [&](const std::int64_t* off) {
