@@ -206,8 +206,9 @@ template <class A> A clamp_bound(double v, bool upper) {
     return static_cast<A>(v);
   } else {
     constexpr A min = std::numeric_limits<A>::lowest(), max = std::numeric_limits<A>::max();
-    if (upper) return v >= static_cast<double>(max) ? max : static_cast<A>(floor(v));
-    return v <= static_cast<double>(min) ? min : static_cast<A>(ceil(v));
+    // saturate on both sides: a bound past the type's range must not reach the cast
+    if (upper) return v >= static_cast<double>(max) ? max : v <= static_cast<double>(min) ? min : static_cast<A>(floor(v));
+    return v <= static_cast<double>(min) ? min : v >= static_cast<double>(max) ? max : static_cast<A>(ceil(v));
   }
 }
 
