@@ -18,9 +18,11 @@ using namespace ops_detail;
 
 namespace ops_detail {
 
-/// Output positions along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1.
+/// Output positions along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1. The division
+/// rounds toward -inf (a kernel larger than the padded input gives <= 0, never 1).
 std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d) {
-  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+  std::int64_t span = in + 2 * p - d * (k - 1) - 1;
+  return (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
 }
 
 backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,

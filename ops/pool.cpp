@@ -32,7 +32,8 @@ std::string pair_text(std::array<std::int64_t, 2> v) { return "(" + std::to_stri
 std::int64_t pool_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d,
                            bool ceil_mode) {
   std::int64_t span = in + 2 * p - d * (k - 1) - 1;
-  std::int64_t out = (span + (ceil_mode ? s - 1 : 0)) / s + 1;
+  std::int64_t num = span + (ceil_mode ? s - 1 : 0);
+  std::int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // div_rtn: rounds toward -inf
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   return out;
 }
