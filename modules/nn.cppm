@@ -60,7 +60,8 @@ public:
   Tensor operator()(const Tensor& input) const;
   Tensor forward(const Tensor& input) const { return (*this)(input); }
 
-  /// All parameters, depth-first in registration order (this module's first).
+  /// All parameters, depth-first in registration order (this module's first); a tensor
+  /// registered under several names (tied weights) appears once, under its first name.
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
@@ -79,14 +80,15 @@ public:
   /// Converts floating parameters and buffers to `dtype`.
   const Module& to(DType dtype) const;
 
-  /// Parameters and buffers by dotted name.
+  /// Parameters and buffers by dotted name (tied tensors under each of their names). The
+  /// values are detached tensors sharing storage with the module: clone() them for a snapshot.
   StateDict state_dict() const;
   /// Copies values from `state` into the existing parameters/buffers in place (any device or
   /// dtype converts). strict: Error(value) listing missing and unexpected keys; a shape
   /// mismatch is always Error(shape) naming the key and both shapes.
   void load_state_dict(const StateDict& state, bool strict = true) const;
 
-  /// Sum of parameter numels.
+  /// Sum of parameter numels (a tensor registered twice counts once).
   std::int64_t num_parameters() const;
   /// A tree of the modules' names, like print(model) in PyTorch.
   std::string to_string() const;
@@ -209,7 +211,10 @@ public:
 
 /// Causal multi-head self-attention (Vaswani et al. 2017) over [B, T, E]: one Linear to
 /// q, k, v ([E] -> [3E]), softmax(q k^T / sqrt(E/heads) + causal mask) v per head, output
-/// Linear. Position t attends to positions <= t.
+/// Linear. Position t attends to positions <= t. Dropout (training mode only) acts on the
+/// attention weights. Children: "qkv" (Linear E -> 3E) and "proj" (Linear E -> E).
+/// Error(value) unless embed_dim is a positive multiple of num_heads; Error(shape) for an
+/// input that is not [B, T, embed_dim].
 class CausalSelfAttention : public Module {
 public:
   CausalSelfAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout = 0.0, bool bias = true);
