@@ -1,2 +1,355 @@
+// safetensors reader and writer (brrr.io). Format (Hugging Face safetensors, also what the
+// Python/Rust reference reads and writes): an 8-byte little-endian u64 header length N, N bytes
+// of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {str: str}} (padded with spaces to a multiple of 8), then the data buffer.
+// Offsets are relative to the start of the buffer; tensors are contiguous, little-endian,
+// row-major. The loader treats the file as hostile: every size is checked against the file
+// before anything is allocated or read, and the header is validated as strictly as the
+// reference loader does (known dtype, non-negative shape, sizes matching the offsets, ranges
+// tiling the buffer exactly with no gaps or overlaps).
 module;
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 module brrr.io;
+import brrr.tensor;
+
+namespace brrr::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "brrr.io writes host bytes as-is: safetensors is little-endian");
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::uint64_t kMaxHeader = 100'000'000;  // as the reference loader
+constexpr int kMaxJsonDepth = 16;                  // a valid header nests 3 deep
+
+const char* st_name(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+    case DType::boolean: return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> st_dtype(const std::string& s) {
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64,
+                  DType::boolean})
+    if (s == st_name(d)) return d;
+  return std::nullopt;
+}
+
+[[noreturn]] void fail(const char* op, const std::string& path, const std::string& problem) {
+  throw Error(ErrorKind::io, std::string(op) + ": " + path + ": " + problem);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+/// Closes a POSIX file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+/// Reads exactly n bytes at offset; false on a short read (truncated file) or an error.
+bool read_exact(int fd, void* dst, std::uint64_t n, std::uint64_t offset) {
+  auto* p = static_cast<unsigned char*>(dst);
+  while (n > 0) {
+    std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(n, 1u << 30));
+    ssize_t got = ::pread(fd, p, chunk, static_cast<off_t>(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (got == 0) {
+      errno = 0;
+      return false;
+    }
+    p += got;
+    n -= static_cast<std::uint64_t>(got);
+    offset += static_cast<std::uint64_t>(got);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* src, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(src);
+  while (n > 0) {
+    ssize_t put = ::write(fd, p, std::min<std::size_t>(n, std::size_t{1} << 30));
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += put;
+    n -= static_cast<std::size_t>(put);
+  }
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // sorted by name
+  std::map<std::string, std::string> metadata;
+  std::uint64_t data_start = 0;  // 8 + N
+};
+
+struct DepthExceeded {};
+
+/// Opens, checks and parses the header of `path`; validates every entry against the file.
+/// Leaves `fd` open for the data reads.
+Header read_header(const char* op, const std::string& path, int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail(op, path, "cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) fail(op, path, "not a regular file");
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  if (file_size < 8)
+    fail(op, path, "truncated: " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
+  unsigned char len_bytes[8];
+  if (!read_exact(fd, len_bytes, 8, 0)) fail(op, path, "cannot read the header length (truncated?)");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n > kMaxHeader)
+    fail(op, path, "header length " + std::to_string(n) + " exceeds the limit of " + std::to_string(kMaxHeader) + " bytes");
+  if (n > file_size - 8)
+    fail(op, path, "header length " + std::to_string(n) + " exceeds the file (" + std::to_string(file_size) +
+                       " bytes; truncated?)");
+  std::string text(static_cast<std::size_t>(n), '\0');
+  if (n > 0 && !read_exact(fd, text.data(), n, 8)) fail(op, path, "cannot read the header (truncated?)");
+  if (text.empty() || text[0] != '{') fail(op, path, "header does not start with '{'");
+
+  json root;
+  try {
+    root = json::parse(
+        text,
+        [](int depth, json::parse_event_t, json&) {
+          if (depth > kMaxJsonDepth) throw DepthExceeded{};
+          return true;
+        },
+        true, false);
+  } catch (const DepthExceeded&) {
+    fail(op, path, "invalid JSON header: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  } catch (const json::exception& e) {
+    fail(op, path, std::string("invalid JSON header: ") + e.what());
+  }
+  if (!root.is_object()) fail(op, path, "header is not a JSON object");
+
+  Header h;
+  h.data_start = 8 + n;
+  const std::uint64_t buffer_size = file_size - h.data_start;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail(op, path, "\"__metadata__\" is not a JSON object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) fail(op, path, "\"__metadata__\" value of \"" + m.key() + "\" is not a string");
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor \"" + name + "\": ";
+    if (!v.is_object()) fail(op, path, where + "entry is not a JSON object");
+    auto dt = v.find("dtype");
+    auto sh = v.find("shape");
+    auto off = v.find("data_offsets");
+    if (dt == v.end() || !dt->is_string()) fail(op, path, where + "\"dtype\" missing or not a string");
+    if (sh == v.end() || !sh->is_array()) fail(op, path, where + "\"shape\" missing or not an array");
+    if (off == v.end() || !off->is_array() || off->size() != 2)
+      fail(op, path, where + "\"data_offsets\" missing or not an array of two integers");
+    Entry e;
+    e.name = name;
+    auto d = st_dtype(dt->get<std::string>());
+    if (!d) fail(op, path, where + "unsupported dtype " + dt->get<std::string>());
+    e.dtype = *d;
+    // numel * itemsize without overflow; the non-zero dims must also fit int64 (strides).
+    std::uint64_t numel = 1, nonzero = 1;
+    bool overflow = false;
+    for (const json& s : *sh) {
+      if (!s.is_number_integer()) fail(op, path, where + "shape entry " + s.dump() + " is not an integer");
+      if (s.is_number_unsigned()) {
+        std::uint64_t u = s.get<std::uint64_t>();
+        if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) overflow = true;
+        e.shape.push_back(static_cast<std::int64_t>(std::min<std::uint64_t>(u, std::numeric_limits<std::int64_t>::max())));
+      } else {
+        std::int64_t x = s.get<std::int64_t>();
+        if (x < 0) fail(op, path, where + "negative shape entry " + std::to_string(x));
+        e.shape.push_back(x);
+      }
+      auto u = static_cast<std::uint64_t>(e.shape.back());
+      if (u != 0 && __builtin_mul_overflow(nonzero, u, &nonzero)) overflow = true;
+      numel = u == 0 ? 0 : numel * u;  // wraps only when `overflow` is already set
+    }
+    if (nonzero > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) overflow = true;
+    std::uint64_t nbytes = 0;
+    if (overflow || __builtin_mul_overflow(numel, itemsize(e.dtype), &nbytes))
+      fail(op, path, where + "shape " + sh->dump() + " is too large");
+    for (const json& o : *off)
+      if (!o.is_number_unsigned())
+        fail(op, path, where + "data_offsets " + off->dump() + " are not non-negative integers");
+    e.begin = (*off)[0].get<std::uint64_t>();
+    e.end = (*off)[1].get<std::uint64_t>();
+    if (e.begin > e.end || e.end > buffer_size)
+      fail(op, path, where + "data_offsets " + off->dump() + " out of range for a data buffer of " +
+                         std::to_string(buffer_size) + " bytes");
+    if (e.end - e.begin != nbytes)
+      fail(op, path, where + "data_offsets " + off->dump() + " span " + std::to_string(e.end - e.begin) +
+                         " bytes but dtype " + st_name(e.dtype) + " and shape " + sh->dump() + " need " +
+                         std::to_string(nbytes));
+    h.entries.push_back(std::move(e));
+  }
+  // The ranges must tile the buffer: no overlaps, no gaps, nothing left over.
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : h.entries) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  std::uint64_t cursor = 0;
+  const Entry* prev = nullptr;
+  for (const Entry* e : by_offset) {
+    if (e->begin < cursor)
+      fail(op, path, "tensor \"" + e->name + "\" [" + std::to_string(e->begin) + ", " + std::to_string(e->end) +
+                         ") overlaps tensor \"" + prev->name + "\" [" + std::to_string(prev->begin) + ", " +
+                         std::to_string(prev->end) + ")");
+    if (e->begin > cursor)
+      fail(op, path, "gap in the data buffer: bytes [" + std::to_string(cursor) + ", " + std::to_string(e->begin) +
+                         ") belong to no tensor");
+    cursor = e->end;
+    prev = e;
+  }
+  if (cursor != buffer_size)
+    fail(op, path, "the tensors cover " + std::to_string(cursor) + " bytes but the data buffer has " +
+                       std::to_string(buffer_size) + " (trailing bytes or wrong offsets)");
+  return h;
+}
+
+int open_for_reading(const char* op, const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(op, path, "cannot open: " + errno_text());
+  return fd;
+}
+
+}  // namespace
+
+// Writes the host bytes of each tensor (the host is little-endian, as the format). CUDA
+// tensors are copied back with Tensor::to(Device::cpu()), a blocking sync point; the whole
+// file is built in "<path>.tmp.<pid>" and renamed over `path`, so readers never see a partial
+// file and an existing file is replaced atomically.
+void save_safetensors(const std::string& path, const TensorMap& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  constexpr const char* op = "save_safetensors";
+  // Host copies first: errors here leave no file behind.
+  std::vector<Tensor> host;
+  host.reserve(tensors.size());
+  json header = json::object();
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__") fail(op, path, "the tensor name \"__metadata__\" is reserved");
+    if (!t.defined()) fail(op, path, "tensor \"" + name + "\" is undefined");
+    Tensor c = t.detach().to(Device::cpu()).contiguous();
+    const std::uint64_t nbytes = c.nbytes();
+    header[name] = {{"dtype", st_name(c.dtype())},
+                    {"shape", c.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+    host.push_back(std::move(c));
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text;
+  try {
+    text = header.dump();  // strict: throws on names that are not valid UTF-8
+  } catch (const json::exception& e) {
+    fail(op, path, std::string("cannot encode the header: ") + e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) fail(op, path, "cannot create temporary file " + tmp + ": " + errno_text());
+  auto abandon = [&](const std::string& problem) {
+    int saved = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = saved;
+    fail(op, path, problem);
+  };
+  if (!write_all(fd, len_bytes, 8) || !write_all(fd, text.data(), text.size()))
+    abandon("cannot write " + tmp + ": " + errno_text());
+  for (const Tensor& c : host)
+    if (c.nbytes() > 0 && !write_all(fd, c.data_ptr(), c.nbytes()))
+      abandon("cannot write " + tmp + ": " + errno_text());
+  if (::fsync(fd) != 0) abandon("cannot flush " + tmp + ": " + errno_text());
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) abandon("cannot close " + tmp + ": " + errno_text());
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) abandon("cannot rename " + tmp + " to it: " + ec.message());
+}
+
+// Validates the whole header against the file (read_header) before allocating anything; then
+// one CPU tensor per entry, read straight into its storage. BOOL bytes must be 0 or 1.
+TensorMap load_safetensors(const std::string& path) {
+  constexpr const char* op = "load_safetensors";
+  Fd fd(open_for_reading(op, path));
+  Header h = read_header(op, path, fd.fd);
+  TensorMap out;
+  for (const Entry& e : h.entries) {
+    Tensor t = empty(e.shape, {.dtype = e.dtype});
+    const std::uint64_t nbytes = e.end - e.begin;
+    if (nbytes > 0) {
+      if (!read_exact(fd.fd, t.data_ptr(), nbytes, h.data_start + e.begin))
+        fail(op, path, "cannot read tensor \"" + e.name + "\" (truncated?)" + (errno ? ": " + errno_text() : ""));
+      if (e.dtype == DType::boolean) {
+        const auto* b = static_cast<const unsigned char*>(t.data_ptr());
+        for (std::uint64_t i = 0; i < nbytes; ++i)
+          if (b[i] > 1)
+            fail(op, path, "BOOL tensor \"" + e.name + "\" holds byte " + std::to_string(b[i]) + " (must be 0 or 1)");
+      }
+    }
+    out.emplace(e.name, std::move(t));
+  }
+  return out;
+}
+
+// Parses and validates the header like load_safetensors, reading no tensor data.
+std::map<std::string, std::string> safetensors_metadata(const std::string& path) {
+  constexpr const char* op = "safetensors_metadata";
+  Fd fd(open_for_reading(op, path));
+  return read_header(op, path, fd.fd).metadata;
+}
+
+}  // namespace brrr::io

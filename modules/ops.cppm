@@ -136,41 +136,53 @@ Tensor operator-(const Tensor& a);
 
 // ---------------------------------------------------------------------------------------
 // Reductions. dims may be negative; an empty dims list reduces over all dims. keepdim keeps
-// reduced dims with size 1. bf16/f16 accumulate in f32.
+// reduced dims with size 1. bf16/f16 accumulate in f32 (f32 too on CUDA; the CPU accumulates
+// every floating dtype in f64). A dim out of range is Error(index) naming the op and shape;
+// a repeated dim is Error(value).
 // ---------------------------------------------------------------------------------------
 
 /// Sum: floating dtypes keep their dtype; integers and bool give i64 (PyTorch).
 [[nodiscard]] Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
-/// Mean (floating dtypes only; Error(dtype) otherwise). Empty input gives NaN.
+/// Mean (floating dtypes only; Error(dtype) otherwise). Empty input gives NaN. bf16/f16:
+/// summed and divided in f32, rounded once.
 [[nodiscard]] Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
-/// Max/min over all elements; ties share the gradient evenly (PyTorch's amax rule).
+/// Max/min over all elements (any dtype); NaN propagates. Ties share the gradient evenly
+/// (PyTorch's amax rule); a NaN result sends it to the NaNs. Empty input: Error(value).
 [[nodiscard]] Tensor max(const Tensor& x);
 [[nodiscard]] Tensor min(const Tensor& x);
-/// Max/min over several dims (values only), ties share the gradient evenly.
+/// Max/min over several dims (values only), ties share the gradient evenly. Reducing a
+/// size-0 dim is Error(value).
 [[nodiscard]] Tensor amax(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
 [[nodiscard]] Tensor amin(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
-/// Values and (i64) indices of the max/min along one dim; the first index on ties. The
-/// gradient goes to the returned index only.
+/// Values and (i64) indices of the max/min along one dim; the first index on ties, the first
+/// NaN when there is one. The gradient goes to the returned index only. A 0-d input takes
+/// dim 0 or -1 (index 0); a size-0 dim is Error(value).
 struct ValuesIndices {
   Tensor values;
   Tensor indices;
 };
 [[nodiscard]] ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim = false);
 [[nodiscard]] ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim = false);
-/// i64 index of the max/min: over all elements (flattened) or along dim.
+/// i64 index of the max/min: over all elements (a 0-d index into the row-major flattened
+/// tensor) or along dim. Not differentiable.
 [[nodiscard]] Tensor argmax(const Tensor& x);
 [[nodiscard]] Tensor argmin(const Tensor& x);
 [[nodiscard]] Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);
 [[nodiscard]] Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim = false);
 /// Variance sum((x - mean)^2) / (N - correction); correction 1 (unbiased, the default) or 0.
-/// N - correction <= 0 gives NaN (PyTorch).
+/// N - correction <= 0 gives NaN. Floating dtypes only (Error(dtype)); bf16/f16 compute in
+/// f32. Composed of mean/sub/mul/sum/div, so its gradient (and std's) comes from theirs.
 [[nodiscard]] Tensor var(const Tensor& x, std::vector<std::int64_t> dims = {}, std::int64_t correction = 1,
                          bool keepdim = false);
 [[nodiscard]] Tensor std(const Tensor& x, std::vector<std::int64_t> dims = {}, std::int64_t correction = 1,
                          bool keepdim = false);
-/// log(sum(exp(x))) computed stably (max subtracted first).
+/// log(sum(exp(x))) computed stably: m = amax over dims (a constant for autograd; 0 where it
+/// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool
+/// inputs compute in f32.
 [[nodiscard]] Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
-/// Sums `x` down to `shape` (the inverse of broadcasting): the gradient rule of expand.
+/// Sums `x` down to `shape` (the inverse of broadcasting): the gradient rule of expand. Sums
+/// the leading extra dims and the dims where `shape` has 1; returns x itself when the shapes
+/// are equal; Error(shape) when x's shape is not a broadcast of `shape`. Integers give i64.
 [[nodiscard]] Tensor sum_to_size(const Tensor& x, const Shape& shape);
 
 // ---------------------------------------------------------------------------------------

@@ -1,2 +1,374 @@
+// Reductions: sum, mean, max/min (all elements, along a dim with indices, amax/amin over
+// dims), argmax/argmin, var, std, logsumexp, sum_to_size.
+// Forward: one backend reduce over a dims bitmask into a keepdim-shaped output (the
+// reduced dims dropped afterwards by a view). Backward: Tensor ops (so create_graph works):
+// sum expands the gradient back; mean divides it by N; max/min along a dim send it to the
+// returned index; full max/min and amax/amin share it evenly among ties (and among NaNs when
+// the result is NaN). var, std and logsumexp are compositions of the above with the
+// elementwise ops, so their backward rules come for free.
 module;
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 module brrr.ops;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+using namespace ops_detail;
+using backend::ReduceOp;
+
+namespace {
+
+std::vector<std::int64_t> dims_of(std::uint32_t mask, std::int64_t ndim) {
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 0; d < ndim; ++d)
+    if (mask & (1u << d)) dims.push_back(d);
+  return dims;
+}
+
+// Number of elements reduced into each output element.
+std::int64_t reduced_count(const Shape& shape, std::uint32_t mask) {
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (mask & (1u << d)) n *= shape[d];
+  return n;
+}
+
+// The keepdim-shaped result of reducing `x` over `mask`, never recorded. `out_dtype` is the
+// output's dtype (for sum of bf16/f16 also f32: the accumulator, used by mean).
+Tensor reduce_forward(const char* name, ReduceOp op, const Tensor& x, std::uint32_t mask, DType out_dtype,
+                      Tensor* indices = nullptr) {
+  NoGradGuard no_grad;
+  Shape kshape = reduced_shape(x.shape(), mask, true);
+  Tensor out = empty(kshape, {.dtype = out_dtype, .device = x.device()});
+  if (indices) *indices = empty(kshape, {.dtype = DType::i64, .device = x.device()});
+  if (out.numel() == 0) return out;
+  backend::Operand idx;
+  if (indices) idx = backend::operand(*indices, name);
+  backend::backend_for(x.device()).reduce(op, backend::operand(out, name), backend::operand(x, name), mask,
+                                          indices ? &idx : nullptr);
+  return out;
+}
+
+// Drops the reduced dims of a keepdim-shaped result (a view), unless keepdim.
+Tensor finish(const Tensor& kept, const Shape& in_shape, std::uint32_t mask, bool keepdim) {
+  if (keepdim) return kept;
+  NoGradGuard no_grad;
+  return kept.view(reduced_shape(in_shape, mask, false));
+}
+
+DType sum_dtype(DType in) { return is_floating_point(in) ? in : DType::i64; }
+
+// Max/min need at least one element in every reduction.
+void require_nonempty(const char* name, const Tensor& x, std::uint32_t mask) {
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    if ((mask & (1u << d)) && x.shape()[static_cast<std::size_t>(d)] == 0)
+      throw Error(ErrorKind::value, std::string(name) + ": cannot reduce over dim " + std::to_string(d) +
+                                        " of size 0 (shape " + to_string(x.shape()) +
+                                        "): the extreme of zero elements is undefined");
+}
+
+// --- backward nodes ------------------------------------------------------------------------
+
+// sum: the gradient, unsqueezed back to the input's rank, expanded to its shape.
+class SumBackward final : public autograd::Node {
+public:
+  SumBackward(const Shape& in_shape, std::uint32_t mask, bool keepdim, double scale)
+      : in_shape_(in_shape), mask_(mask), keepdim_(keepdim), scale_(scale) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    if (!g[0].defined()) return {Tensor()};
+    Tensor gk = g[0];
+    if (scale_ != 1) gk = div(gk, scale_);
+    gk = unsqueeze_reduced(gk, mask_, static_cast<std::int64_t>(in_shape_.size()), keepdim_);
+    return {gk.expand(in_shape_)};
+  }
+  std::string name() const override { return scale_ == 1 ? "SumBackward" : "MeanBackward"; }
+
+private:
+  Shape in_shape_;
+  std::uint32_t mask_;
+  bool keepdim_;
+  double scale_;  // mean: N (the gradient is divided by it)
+};
+
+// max()/min()/amax/amin: the gradient is shared evenly by the elements equal to the result
+// (by the NaNs when the result is NaN).
+class ExtremeBackward final : public autograd::Node {
+public:
+  ExtremeBackward(const Tensor& x, const Tensor& result_kept, std::uint32_t mask, bool keepdim, const char* name)
+      : x_(x), result_(result_kept), mask_(mask), keepdim_(keepdim), name_(name) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    if (!g[0].defined()) return {Tensor()};
+    Tensor x = x_.unpack(*this), r = result_.unpack(*this);
+    std::int64_t nd = x.dim();
+    Tensor gk = unsqueeze_reduced(g[0], mask_, nd, keepdim_);
+    Tensor hit = where(ne(r, r), ne(x, x), eq(x, r));  // r is NaN ? x is NaN : x == r
+    Tensor count = sum(hit, dims_of(mask_, nd), true).to(gk.dtype());
+    return {mul(hit.to(gk.dtype()), div(gk, count))};
+  }
+  std::string name() const override { return name_ + "Backward"; }
+  void release_saved() override { x_.reset(), result_.reset(); }
+
+private:
+  autograd::SavedTensor x_, result_;
+  std::uint32_t mask_;
+  bool keepdim_;
+  std::string name_;
+};
+
+// max/min along a dim: the gradient goes to the returned index only.
+class IndexedExtremeBackward final : public autograd::Node {
+public:
+  IndexedExtremeBackward(const Shape& in_shape, const Tensor& indices_kept, std::int64_t dim, bool keepdim,
+                         const char* name)
+      : in_shape_(in_shape), indices_(indices_kept), dim_(dim), keepdim_(keepdim), name_(name) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    if (!g[0].defined()) return {Tensor()};
+    if (in_shape_.empty()) return {g[0]};  // a 0-d input is its own max
+    Tensor idx = indices_.unpack(*this);
+    Tensor gk = keepdim_ ? g[0] : g[0].unsqueeze(dim_);
+    Shape line(in_shape_.size(), 1);
+    line[static_cast<std::size_t>(dim_)] = in_shape_[static_cast<std::size_t>(dim_)];
+    Tensor positions = arange(line[static_cast<std::size_t>(dim_)], {.dtype = DType::i64, .device = gk.device()});
+    Tensor chosen = eq(positions.view(line), idx);  // broadcasts to the input's shape
+    return {where(chosen, gk, 0.0).expand(in_shape_)};
+  }
+  std::string name() const override { return name_ + "Backward"; }
+  void release_saved() override { indices_.reset(); }
+
+private:
+  Shape in_shape_;
+  autograd::SavedTensor indices_;
+  std::int64_t dim_;
+  bool keepdim_;
+  std::string name_;
+};
+
+class SumToSizeBackward final : public autograd::Node {
+public:
+  explicit SumToSizeBackward(const Shape& in_shape) : in_shape_(in_shape) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    if (!g[0].defined()) return {Tensor()};
+    return {g[0].expand(in_shape_)};
+  }
+  std::string name() const override { return "SumToSizeBackward"; }
+
+private:
+  Shape in_shape_;
+};
+
+// --- ops -------------------------------------------------------------------------------------
+
+Tensor sum_mask(const char* name, const Tensor& x, std::uint32_t mask, bool keepdim) {
+  Tensor kept = reduce_forward(name, ReduceOp::sum, x, mask, sum_dtype(x.dtype()));
+  Tensor out = finish(kept, x.shape(), mask, keepdim);
+  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
+    autograd::connect(std::make_shared<SumBackward>(x.shape(), mask, keepdim, 1.0), {x}, {out});
+  return out;
+}
+
+// amax/amin/max()/min(): values only, ties share the gradient.
+Tensor extreme(const char* name, ReduceOp op, const Tensor& x, std::uint32_t mask, bool keepdim) {
+  require_nonempty(name, x, mask);
+  Tensor kept = reduce_forward(name, op, x, mask, x.dtype());
+  Tensor out = finish(kept, x.shape(), mask, keepdim);
+  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
+    autograd::connect(std::make_shared<ExtremeBackward>(x, kept, mask, keepdim, name), {x}, {out});
+  return out;
+}
+
+ValuesIndices extreme_dim(const char* name, ReduceOp op, const Tensor& x, std::int64_t dim, bool keepdim) {
+  require_defined(name, x);
+  std::int64_t d = wrap_dim(name, dim, x.dim(), x.shape());
+  // A 0-d input is treated as [1] (its one element, index 0); the result is 0-d again.
+  Tensor xx = x;
+  if (x.dim() == 0) {
+    NoGradGuard no_grad;
+    xx = x.reshape({1});
+  }
+  std::uint32_t mask = 1u << d;
+  require_nonempty(name, xx, mask);
+  Tensor idx;
+  Tensor kept = reduce_forward(name, op, xx, mask, x.dtype(), &idx);
+  ValuesIndices r;
+  if (x.dim() == 0) {
+    NoGradGuard no_grad;
+    r = {kept.view({}), idx.view({})};
+  } else {
+    r = {finish(kept, x.shape(), mask, keepdim), finish(idx, x.shape(), mask, keepdim)};
+  }
+  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
+    autograd::connect(std::make_shared<IndexedExtremeBackward>(x.shape(), idx, d, keepdim, name), {x}, {r.values});
+  return r;
+}
+
+Tensor arg_all(const char* name, ReduceOp op, const Tensor& x) {
+  require_defined(name, x);
+  if (x.numel() == 0)
+    throw Error(ErrorKind::value, std::string(name) + ": cannot reduce the empty tensor " + describe(x) +
+                                      ": the extreme of zero elements is undefined");
+  NoGradGuard no_grad;
+  Tensor flat = x.reshape({-1});
+  Tensor idx;
+  (void)reduce_forward(name, op, flat, 1u, x.dtype(), &idx);
+  return idx.view({});
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  require_defined("sum", x);
+  return sum_mask("sum", x, dims_mask("sum", dims, x.shape()), keepdim);
+}
+
+Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  require_defined("mean", x);
+  if (!is_floating_point(x.dtype()))
+    throw Error(ErrorKind::dtype, "mean: expected a floating-point input, got " + describe(x) +
+                                      " (convert first, e.g. x.to(DType::f32))");
+  std::uint32_t mask = dims_mask("mean", dims, x.shape());
+  double n = static_cast<double>(reduced_count(x.shape(), mask));
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    // bf16/f16: accumulate and divide in f32, round once.
+    bool half_like = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+    Tensor s = reduce_forward("mean", ReduceOp::sum, x, mask, half_like ? DType::f32 : x.dtype());
+    Tensor m = div(s, n);  // n == 0: 0 / 0 = NaN (PyTorch)
+    if (half_like) m = m.to(x.dtype());
+    out = finish(m, x.shape(), mask, keepdim);
+  }
+  if (autograd::any_requires_grad({x}))
+    autograd::connect(std::make_shared<SumBackward>(x.shape(), mask, keepdim, n), {x}, {out});
+  return out;
+}
+
+Tensor max(const Tensor& x) {
+  require_defined("max", x);
+  return extreme("max", ReduceOp::max, x, dims_mask("max", {}, x.shape()), false);
+}
+
+Tensor min(const Tensor& x) {
+  require_defined("min", x);
+  return extreme("min", ReduceOp::min, x, dims_mask("min", {}, x.shape()), false);
+}
+
+Tensor amax(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  require_defined("amax", x);
+  return extreme("amax", ReduceOp::max, x, dims_mask("amax", dims, x.shape()), keepdim);
+}
+
+Tensor amin(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  require_defined("amin", x);
+  return extreme("amin", ReduceOp::min, x, dims_mask("amin", dims, x.shape()), keepdim);
+}
+
+ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) {
+  return extreme_dim("max", ReduceOp::max, x, dim, keepdim);
+}
+
+ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) {
+  return extreme_dim("min", ReduceOp::min, x, dim, keepdim);
+}
+
+Tensor argmax(const Tensor& x) { return arg_all("argmax", ReduceOp::max, x); }
+Tensor argmin(const Tensor& x) { return arg_all("argmin", ReduceOp::min, x); }
+
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NoGradGuard no_grad;
+  return extreme_dim("argmax", ReduceOp::max, x, dim, keepdim).indices;
+}
+
+Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NoGradGuard no_grad;
+  return extreme_dim("argmin", ReduceOp::min, x, dim, keepdim).indices;
+}
+
+Tensor var(const Tensor& x, std::vector<std::int64_t> dims, std::int64_t correction, bool keepdim) {
+  require_defined("var", x);
+  if (!is_floating_point(x.dtype()))
+    throw Error(ErrorKind::dtype, "var: expected a floating-point input, got " + describe(x));
+  std::uint32_t mask = dims_mask("var", dims, x.shape());
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16)  // in f32, rounded once (to() is differentiable)
+    return var(x.to(DType::f32), std::move(dims), correction, keepdim).to(x.dtype());
+  std::vector<std::int64_t> rdims = dims_of(mask, x.dim());
+  std::int64_t n = reduced_count(x.shape(), mask);
+  double divisor = n - correction > 0 ? static_cast<double>(n - correction) : std::numeric_limits<double>::quiet_NaN();
+  Tensor centered = sub(x, mean(x, rdims, true));
+  return div(sum(mul(centered, centered), rdims, keepdim), divisor);
+}
+
+Tensor std(const Tensor& x, std::vector<std::int64_t> dims, std::int64_t correction, bool keepdim) {
+  require_defined("std", x);
+  if (!is_floating_point(x.dtype()))
+    throw Error(ErrorKind::dtype, "std: expected a floating-point input, got " + describe(x));
+  return sqrt(var(x, std::move(dims), correction, keepdim));
+}
+
+Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  require_defined("logsumexp", x);
+  std::uint32_t mask = dims_mask("logsumexp", dims, x.shape());
+  if (!is_floating_point(x.dtype())) {  // integers and bool: in f32 (PyTorch), not differentiable
+    NoGradGuard no_grad;
+    return logsumexp(x.to(DType::f32), std::move(dims), keepdim);
+  }
+  std::vector<std::int64_t> rdims = dims_of(mask, x.dim());
+  // The shift: the max over the reduced dims, a constant for autograd; +-inf shifts by 0 so
+  // that all -inf gives -inf (and +inf gives +inf) instead of NaN. Zero elements: -inf.
+  Tensor shift;
+  {
+    NoGradGuard no_grad;
+    if (reduced_count(x.shape(), mask) == 0) {
+      shift = zeros(reduced_shape(x.shape(), mask, true), {.dtype = x.dtype(), .device = x.device()});
+    } else {
+      Tensor m = amax(x, rdims, true);
+      shift = where(ne(abs(m), std::numeric_limits<double>::infinity()), m, 0.0);
+    }
+  }
+  Tensor s = sum(exp(sub(x, shift)), rdims, keepdim);
+  Tensor shift_out;
+  {
+    NoGradGuard no_grad;
+    shift_out = finish(shift, x.shape(), mask, keepdim);
+  }
+  return add(log(s), shift_out);
+}
+
+Tensor sum_to_size(const Tensor& x, const Shape& shape) {
+  require_defined("sum_to_size", x);
+  const Shape& in = x.shape();
+  auto not_expandable = [&] {
+    return Error(ErrorKind::shape, "sum_to_size: size " + to_string(shape) + " is not expandable to size " +
+                                       to_string(in) + " of the input");
+  };
+  if (in.size() > 32) throw Error(ErrorKind::shape, "sum_to_size: more than 32 dims");
+  if (shape.size() > in.size()) throw not_expandable();
+  std::size_t lead = in.size() - shape.size();
+  std::uint32_t mask = 0;
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    if (d < lead) {
+      mask |= 1u << d;
+      continue;
+    }
+    std::int64_t want = shape[d - lead];
+    if (want == in[d]) continue;
+    if (want != 1) throw not_expandable();
+    mask |= 1u << d;
+  }
+  if (mask == 0) return x;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = reduce_forward("sum_to_size", ReduceOp::sum, x, mask, sum_dtype(x.dtype())).view(shape);
+  }
+  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
+    autograd::connect(std::make_shared<SumToSizeBackward>(in), {x}, {out});
+  return out;
+}
+
+}  // namespace brrr

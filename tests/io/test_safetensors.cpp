@@ -1,0 +1,449 @@
+// brrr.io safetensors: round trips of every dtype and layout, metadata, the reference fixture
+// written by the Python/Rust implementation (tests/io/make_fixtures.py), atomic writes, and
+// hostile files (truncated, oversized or inconsistent headers) that must give Error(io).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+import brrr;
+
+using namespace brrr;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<DType> all_dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16,
+                                       DType::i32, DType::i64, DType::boolean};
+
+/// A fresh empty folder per test case, removed at the end.
+struct TempDir {
+  fs::path dir;
+  TempDir() {
+    static int counter = 0;
+    dir = fs::temp_directory_path() /
+          ("brrr_io_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  Tensor c = t.to(Device::cpu()).contiguous();
+  std::vector<unsigned char> b(c.nbytes());
+  if (!b.empty()) std::memcpy(b.data(), c.data_ptr(), b.size());
+  return b;
+}
+
+void check_same(const Tensor& got, const Tensor& want) {
+  CHECK(got.device().is_cpu());
+  CHECK(got.dtype() == want.dtype());
+  CHECK(got.shape() == want.shape());
+  CHECK(got.is_contiguous());
+  CHECK(bytes_of(got) == bytes_of(want));
+}
+
+/// Random values of `dtype` (integers in a wide range, bools both ways).
+Tensor random_tensor(Shape shape, DType dtype) {
+  switch (dtype) {
+    case DType::i32: return randint(-1000000, 1000000, shape, {.dtype = DType::i32});
+    case DType::i64: return randint(-4000000000LL, 4000000000LL, shape, {.dtype = DType::i64});
+    case DType::boolean: return randint(0, 2, shape, {.dtype = DType::i64}).to(DType::boolean);
+    default: return randn(shape, {.dtype = DType::f64}).to(dtype);
+  }
+}
+
+std::vector<unsigned char> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::string& path, const std::vector<unsigned char>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+void put_u64(std::vector<unsigned char>& out, std::uint64_t n) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<unsigned char>(n >> (8 * i)));
+}
+
+/// A safetensors file from a header text (not padded) and a data buffer.
+std::vector<unsigned char> make_file(const std::string& header, const std::vector<unsigned char>& data) {
+  std::vector<unsigned char> out;
+  put_u64(out, header.size());
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+/// Loading `bytes` must throw Error(io) whose message names the file and contains `problem`.
+void expect_io_error(const TempDir& tmp, const std::vector<unsigned char>& bytes, const std::string& problem) {
+  const std::string path = tmp.file("bad.safetensors");
+  write_file(path, bytes);
+  bool threw = false;
+  try {
+    (void)io::load_safetensors(path);
+  } catch (const Error& e) {
+    threw = true;
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK(msg.find(path) != std::string::npos);
+    CHECK(msg.find(problem) != std::string::npos);
+  }
+  CHECK_MESSAGE(threw, "expected Error(io) containing: " << problem);
+  // The metadata reader validates the same header.
+  bool meta_threw = false;
+  try {
+    (void)io::safetensors_metadata(path);
+  } catch (const Error& e) {
+    meta_threw = e.kind() == ErrorKind::io;
+  } 
+  // A problem only in the data (e.g. a BOOL byte) is invisible to the metadata reader.
+  if (problem.find("BOOL") == std::string::npos) CHECK(meta_threw);
+}
+
+const std::vector<unsigned char> eight_bytes = {1, 2, 3, 4, 5, 6, 7, 8};
+
+/// With BRRR_IO_KEEP=DIR set, copies a file brrr wrote into DIR, for a manual check with the
+/// Python reference: python3 tests/io/make_fixtures.py --check DIR/all.safetensors
+void keep_for_python(const std::string& path) {
+  if (const char* keep = std::getenv("BRRR_IO_KEEP"))
+    fs::copy_file(path, fs::path(keep) / fs::path(path).filename(), fs::copy_options::overwrite_existing);
+}
+
+}  // namespace
+
+TEST_CASE("safetensors round trip: every dtype, contiguous and not, 0-d and zero-size") {
+  manual_seed(20261130);
+  TempDir tmp;
+  io::TensorMap in;
+  for (DType d : all_dtypes) {
+    const std::string n = to_string(d);
+    in[n + "_contig"] = random_tensor({3, 5}, d);
+    in[n + "_transposed"] = random_tensor({4, 6}, d).t();
+    in[n + "_strided"] = random_tensor({5, 8}, d).slice(1, 1, 8, 3);
+    in[n + "_expanded"] = random_tensor({1, 3}, d).expand({4, 3});
+    in[n + "_scalar"] = random_tensor({}, d);
+    in[n + "_empty"] = random_tensor({0, 4}, d);
+    in[n + "_empty1"] = random_tensor({0}, d);
+  }
+  // A tensor that requires grad is saved by value.
+  Tensor w = randn({2, 2});
+  w.requires_grad_(true);
+  in["weight"] = w;
+  const std::string path = tmp.file("all.safetensors");
+  io::save_safetensors(path, in);
+  io::TensorMap out = io::load_safetensors(path);
+  REQUIRE(out.size() == in.size());
+  for (const auto& [name, t] : in) {
+    INFO(name);
+    REQUIRE(out.count(name) == 1);
+    check_same(out.at(name), t);
+    CHECK_FALSE(out.at(name).requires_grad());
+  }
+  CHECK(io::safetensors_metadata(path).empty());
+  keep_for_python(path);
+
+  // Header layout: 8-byte length, multiple of 8, JSON starting with '{'.
+  std::vector<unsigned char> raw = read_file(path);
+  REQUIRE(raw.size() >= 9);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | raw[static_cast<std::size_t>(i)];
+  CHECK(n % 8 == 0);
+  CHECK(raw[8] == '{');
+}
+
+TEST_CASE("safetensors: empty map and metadata round trip") {
+  TempDir tmp;
+  const std::string path = tmp.file("meta.safetensors");
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "ünïcødé \"quoted\"\n"}, {"", "empty key"}};
+  io::save_safetensors(path, {{"x", Tensor::from_vector(std::vector<float>{1.5f, -2.0f})}}, meta);
+  CHECK(io::safetensors_metadata(path) == meta);
+  io::TensorMap out = io::load_safetensors(path);
+  REQUIRE(out.size() == 1);
+  CHECK(out.at("x").to_host<float>() == std::vector<float>{1.5f, -2.0f});
+
+  const std::string empty_path = tmp.file("empty.safetensors");
+  io::save_safetensors(empty_path, {});
+  CHECK(io::load_safetensors(empty_path).empty());
+  CHECK(io::safetensors_metadata(empty_path).empty());
+}
+
+TEST_CASE("safetensors: the reference fixture (written by the Python/Rust implementation)") {
+  const std::string path = std::string(BRRR_TEST_DATA) + "/reference.safetensors";
+  CHECK(io::safetensors_metadata(path) == std::map<std::string, std::string>{{"format", "pt"}});
+  io::TensorMap t = io::load_safetensors(path);
+  CHECK(t.size() == 9);
+
+  REQUIRE(t.count("f32") == 1);
+  CHECK(t.at("f32").shape() == Shape{2, 3});
+  CHECK(t.at("f32").to_host<float>() == std::vector<float>{0.0f, -1.5f, 2.25f, 1024.0f, 0.1f, -3.0e-8f});
+
+  REQUIRE(t.count("f64") == 1);
+  CHECK(t.at("f64").shape() == Shape{3});
+  CHECK(t.at("f64").to_host<double>() == std::vector<double>{0.1, -2.5, 1e300});
+
+  REQUIRE(t.count("bf16") == 1);
+  CHECK(t.at("bf16").shape() == Shape{2, 2});
+  std::vector<std::uint16_t> bf;
+  for (bfloat16 v : t.at("bf16").to_host<bfloat16>()) bf.push_back(v.bits);
+  CHECK(bf == std::vector<std::uint16_t>{0x3F80, 0xC000, 0x3F00, 0x4049});  // 1 -2 0.5 3.140625
+
+  REQUIRE(t.count("f16") == 1);
+  CHECK(t.at("f16").shape() == Shape{4});
+  std::vector<std::uint16_t> hf;
+  for (half v : t.at("f16").to_host<half>()) hf.push_back(v.bits);
+  CHECK(hf == std::vector<std::uint16_t>{0x3C00, 0xB800, 0x7BFF, 0x0400});  // 1 -0.5 65504 2^-14
+
+  REQUIRE(t.count("i32") == 1);
+  CHECK(t.at("i32").shape() == Shape{2, 2});
+  CHECK(t.at("i32").to_host<std::int32_t>() == std::vector<std::int32_t>{1, -2, 2147483647, -2147483647 - 1});
+
+  REQUIRE(t.count("i64") == 1);
+  CHECK(t.at("i64").to_host<std::int64_t>() ==
+        std::vector<std::int64_t>{0, INT64_MIN, INT64_MAX});
+
+  REQUIRE(t.count("bool") == 1);
+  CHECK(t.at("bool").to_host<bool>() == std::vector<bool>{true, false, true, true, false});
+
+  REQUIRE(t.count("empty") == 1);
+  CHECK(t.at("empty").shape() == Shape{0, 3});
+  CHECK(t.at("empty").dtype() == DType::f32);
+
+  REQUIRE(t.count("scalar") == 1);
+  CHECK(t.at("scalar").shape() == Shape{});
+  CHECK(t.at("scalar").item<double>() == 2.5);
+
+  // Re-saving what we read gives a file with the same tensors and metadata.
+  TempDir tmp;
+  io::save_safetensors(tmp.file("again.safetensors"), t, {{"format", "pt"}});
+  io::TensorMap again = io::load_safetensors(tmp.file("again.safetensors"));
+  for (const auto& [name, x] : t) check_same(again.at(name), x);
+  keep_for_python(tmp.file("again.safetensors"));
+}
+
+TEST_CASE("safetensors: atomic write replaces an existing file and leaves no temporary") {
+  TempDir tmp;
+  const std::string path = tmp.file("model.safetensors");
+  write_file(path, std::vector<unsigned char>(1000, 0xAB));
+  io::save_safetensors(path, {{"a", arange(6, {.dtype = DType::i64})}});
+  io::TensorMap out = io::load_safetensors(path);
+  CHECK(out.at("a").to_host<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5});
+  io::save_safetensors(path, {{"b", ones({2})}});
+  out = io::load_safetensors(path);
+  CHECK(out.count("a") == 0);
+  CHECK(out.at("b").to_host<float>() == std::vector<float>{1.0f, 1.0f});
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.dir)) names.push_back(e.path().filename().string());
+  CHECK(names == std::vector<std::string>{"model.safetensors"});
+}
+
+TEST_CASE("safetensors: write failures are Error(io) naming the path, leaving nothing behind") {
+  TempDir tmp;
+  const std::string missing_dir = tmp.file("no/such/dir/x.safetensors");
+  try {
+    io::save_safetensors(missing_dir, {{"a", ones({2})}});
+    FAIL("expected Error(io)");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK(std::string(e.what()).find(missing_dir) != std::string::npos);
+  }
+  // The target is a directory: the rename fails, the temporary file is removed.
+  fs::create_directories(tmp.dir / "adir");
+  fs::create_directories(tmp.dir / "adir" / "sub");
+  const std::string dir_target = tmp.file("adir");
+  CHECK_THROWS_AS(io::save_safetensors(dir_target, {{"a", ones({2})}}), Error);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.dir)) names.push_back(e.path().filename().string());
+  CHECK(names == std::vector<std::string>{"adir"});
+  // Reserved and undefined names.
+  CHECK_THROWS_AS(io::save_safetensors(tmp.file("r.safetensors"), {{"__metadata__", ones({1})}}), Error);
+  CHECK_THROWS_AS(io::save_safetensors(tmp.file("u.safetensors"), {{"u", Tensor()}}), Error);
+  CHECK_FALSE(fs::exists(tmp.dir / "r.safetensors"));
+  CHECK_FALSE(fs::exists(tmp.dir / "u.safetensors"));
+}
+
+TEST_CASE("safetensors: missing file and every truncation of a valid file") {
+  TempDir tmp;
+  const std::string missing = tmp.file("missing.safetensors");
+  try {
+    (void)io::load_safetensors(missing);
+    FAIL("expected Error(io)");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK(std::string(e.what()).find(missing) != std::string::npos);
+    CHECK(std::string(e.what()).find("No such file") != std::string::npos);
+  }
+  CHECK_THROWS_AS(io::safetensors_metadata(missing), Error);
+  CHECK_THROWS_AS(io::load_safetensors(tmp.dir.string()), Error);  // a directory
+
+  const std::string good = tmp.file("good.safetensors");
+  io::save_safetensors(good,
+                       {{"a", Tensor::from_vector(std::vector<float>{1, 2, 3})},
+                        {"b", Tensor::from_vector(std::vector<std::int64_t>{7, 8})},
+                        {"c", Tensor::from_vector(std::vector<bool>{true, false})}},
+                       {{"k", "v"}});
+  const std::vector<unsigned char> full = read_file(good);
+  REQUIRE(full.size() > 8);
+  for (std::size_t len = 0; len < full.size(); ++len) {
+    INFO("prefix length " << len);
+    std::vector<unsigned char> prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(len));
+    const std::string path = tmp.file("trunc.safetensors");
+    write_file(path, prefix);
+    bool threw = false;
+    try {
+      (void)io::load_safetensors(path);
+    } catch (const Error& e) {
+      threw = e.kind() == ErrorKind::io && std::string(e.what()).find(path) != std::string::npos;
+    }
+    CHECK(threw);
+  }
+  // And a trailing byte too many.
+  std::vector<unsigned char> longer = full;
+  longer.push_back(0);
+  expect_io_error(tmp, longer, "data buffer has");
+}
+
+TEST_CASE("safetensors: hostile headers are Error(io) with the path and the problem") {
+  TempDir tmp;
+  const std::string f32_2 = R"("dtype":"F32","shape":[2])";
+
+  SUBCASE("header length 2^62") {
+    std::vector<unsigned char> b;
+    put_u64(b, std::uint64_t{1} << 62);
+    b.insert(b.end(), {'{', '}'});
+    expect_io_error(tmp, b, "exceeds the limit");
+  }
+  SUBCASE("header length just above 100 MB") {
+    std::vector<unsigned char> b;
+    put_u64(b, 100'000'001);
+    b.insert(b.end(), {'{', '}'});
+    expect_io_error(tmp, b, "exceeds the limit");
+  }
+  SUBCASE("header longer than the file") {
+    std::vector<unsigned char> b;
+    put_u64(b, 64);
+    b.insert(b.end(), {'{', '}'});
+    expect_io_error(tmp, b, "exceeds the file");
+  }
+  SUBCASE("empty header") { expect_io_error(tmp, make_file("", {}), "does not start with '{'"); }
+  SUBCASE("invalid JSON") {
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "F32",)", {}), "invalid JSON");
+    expect_io_error(tmp, make_file("{\"a\xff\": 1}", {}), "invalid JSON");  // bad UTF-8
+    expect_io_error(tmp, make_file(R"({} trailing)", {}), "invalid JSON");
+  }
+  SUBCASE("deep nesting") {
+    std::string deep = "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+    expect_io_error(tmp, make_file(deep, {}), "nested deeper");
+  }
+  SUBCASE("wrong JSON types") {
+    expect_io_error(tmp, make_file(R"({"a": 3})", {}), "not a JSON object");
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": 1, "shape": [2], "data_offsets": [0, 8]}})", eight_bytes),
+                    "\"dtype\" missing");
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "F32", "shape": "2", "data_offsets": [0, 8]}})", eight_bytes),
+                    "\"shape\" missing");
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}})", eight_bytes),
+                    "is not an integer");
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(}})", eight_bytes), "\"data_offsets\" missing");
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8, 8]}})", eight_bytes),
+                    "\"data_offsets\" missing");
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": ["0", "8"]}})", eight_bytes),
+                    "not non-negative integers");
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [-8, 0]}})", eight_bytes),
+                    "not non-negative integers");
+    expect_io_error(tmp, make_file(R"({"__metadata__": {"k": 1}})", {}), "is not a string");
+    expect_io_error(tmp, make_file(R"({"__metadata__": ["k"]})", {}), "\"__metadata__\" is not a JSON object");
+    expect_io_error(tmp, make_file(R"([1, 2])", {}), "does not start with '{'");
+  }
+  SUBCASE("offsets out of range") {
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [8, 16]}})", eight_bytes),
+                    "out of range");
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [8, 0]}})", eight_bytes),
+                    "out of range");
+    expect_io_error(tmp,
+                    make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [18446744073709551615, 18446744073709551615]}})",
+                              eight_bytes),
+                    "out of range");
+  }
+  SUBCASE("overlapping offsets") {
+    std::vector<unsigned char> data(12, 0);
+    expect_io_error(tmp,
+                    make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8]}, "b": {)" + f32_2 +
+                                  R"(, "data_offsets": [4, 12]}})",
+                              data),
+                    "overlaps");
+    expect_io_error(tmp,
+                    make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8]}, "b": {)" + f32_2 +
+                                  R"(, "data_offsets": [0, 8]}})",
+                              eight_bytes),
+                    "overlaps");
+  }
+  SUBCASE("gaps and trailing bytes") {
+    std::vector<unsigned char> data(12, 0);
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [4, 12]}})", data), "gap");
+    expect_io_error(tmp, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8]}})", data), "data buffer has");
+    expect_io_error(tmp, make_file(R"({})", eight_bytes), "data buffer has");
+  }
+  SUBCASE("size mismatch") {
+    std::vector<unsigned char> data(12, 0);
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", data),
+                    "need 12");
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "F64", "shape": [2], "data_offsets": [0, 8]}})", eight_bytes),
+                    "need 16");
+  }
+  SUBCASE("overflowing shapes") {
+    expect_io_error(tmp,
+                    make_file(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 8]}})",
+                              eight_bytes),
+                    "too large");
+    expect_io_error(tmp,
+                    make_file(R"({"a": {"dtype": "F64", "shape": [4611686018427387904], "data_offsets": [0, 8]}})",
+                              eight_bytes),
+                    "too large");
+    expect_io_error(tmp,
+                    make_file(R"({"a": {"dtype": "F32", "shape": [18446744073709551615], "data_offsets": [0, 8]}})",
+                              eight_bytes),
+                    "too large");
+    // A zero dim with huge others: numel 0 but strides would overflow.
+    expect_io_error(tmp,
+                    make_file(R"({"a": {"dtype": "F32", "shape": [0, 4294967296, 4294967296], "data_offsets": [0, 0]}})",
+                              {}),
+                    "too large");
+  }
+  SUBCASE("unsupported dtype") {
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}})", eight_bytes),
+                    "unsupported dtype U8");
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "f32", "shape": [2], "data_offsets": [0, 8]}})", eight_bytes),
+                    "unsupported dtype f32");
+  }
+  SUBCASE("negative shape") {
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", eight_bytes),
+                    "negative shape");
+  }
+  SUBCASE("BOOL bytes other than 0 and 1") {
+    expect_io_error(tmp, make_file(R"({"a": {"dtype": "BOOL", "shape": [8], "data_offsets": [0, 8]}})", eight_bytes),
+                    "BOOL tensor \"a\" holds byte 2");
+  }
+  SUBCASE("a valid hand-written file with padding loads") {
+    std::string h = R"({"a": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})";
+    h.append((8 - h.size() % 8) % 8, ' ');
+    const std::string path = tmp.file("hand.safetensors");
+    write_file(path, make_file(h, eight_bytes));
+    io::TensorMap t = io::load_safetensors(path);
+    CHECK(t.at("a").to_host<std::int32_t>() == std::vector<std::int32_t>{0x04030201, 0x08070605});
+  }
+}
