@@ -41,7 +41,6 @@ void CpuBackend::col2im(const Operand& out, const Operand& in, const Window2d& g
     using S = storage_t<T>;
     const S* col = static_cast<const S*>(in.data);
     S* o = static_cast<S*>(out.data);  // contiguous [N, C, H, W], zeroed by the caller
-    const std::int64_t L = g.out_h * g.out_w;
     const std::int64_t* cs = in.strides;  // [N, C*kh*kw, L]
     for (std::int64_t n = 0; n < g.n; ++n)
       for (std::int64_t c = 0; c < g.c; ++c)
