@@ -226,15 +226,23 @@ public:
   /// A tensor over `storage` with `layout`; checks that the layout stays inside the storage.
   Tensor(Storage storage, Layout layout, DType dtype);
 
-  /// A CPU tensor holding a copy of `values` with `shape` (default: 1-D of values.size()).
-  /// Throws Error(shape) when the shape's numel differs from values.size().
-  static Tensor from_vector(const std::vector<float>& values, Shape shape = {});
-  static Tensor from_vector(const std::vector<double>& values, Shape shape = {});
-  static Tensor from_vector(const std::vector<bfloat16>& values, Shape shape = {});
-  static Tensor from_vector(const std::vector<half>& values, Shape shape = {});
-  static Tensor from_vector(const std::vector<std::int32_t>& values, Shape shape = {});
-  static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape = {});
-  static Tensor from_vector(const std::vector<bool>& values, Shape shape = {});
+  /// A CPU tensor holding a copy of `values` with `shape` (without a shape: 1-D of
+  /// values.size(); an empty shape `{}` gives a 0-d tensor of one value). Throws Error(shape) when the shape's
+  /// numel differs from values.size().
+  static Tensor from_vector(const std::vector<float>& values);
+  static Tensor from_vector(const std::vector<float>& values, Shape shape);
+  static Tensor from_vector(const std::vector<double>& values);
+  static Tensor from_vector(const std::vector<double>& values, Shape shape);
+  static Tensor from_vector(const std::vector<bfloat16>& values);
+  static Tensor from_vector(const std::vector<bfloat16>& values, Shape shape);
+  static Tensor from_vector(const std::vector<half>& values);
+  static Tensor from_vector(const std::vector<half>& values, Shape shape);
+  static Tensor from_vector(const std::vector<std::int32_t>& values);
+  static Tensor from_vector(const std::vector<std::int32_t>& values, Shape shape);
+  static Tensor from_vector(const std::vector<std::int64_t>& values);
+  static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape);
+  static Tensor from_vector(const std::vector<bool>& values);
+  static Tensor from_vector(const std::vector<bool>& values, Shape shape);
 
   // --- metadata (host only) ---
   bool defined() const { return impl_ != nullptr; }

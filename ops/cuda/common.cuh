@@ -54,6 +54,23 @@ template <class T, class W> __device__ __forceinline__ T narrow_to(W v) {
   } else return static_cast<T>(v);
 }
 
+// The same conversions on the host (kernel arguments such as a fill or padding value):
+// bf16/f16 via the round-to-nearest-even intrinsics, integers saturate, NaN -> 0.
+template <class T> T host_cast(double v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<std::uint8_t>(v != 0);
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else {
+    if (v != v) return T(0);
+    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+    if (v <= lo) return std::numeric_limits<T>::min();
+    if (v >= hi) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  }
+}
+
 // Element offset of row-major index i in a strided operand (64-bit throughout).
 __device__ __forceinline__ std::int64_t offset_of(const Strided& s, std::int64_t i) {
   std::int64_t off = 0;

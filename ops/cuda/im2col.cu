@@ -55,7 +55,7 @@ int im2col(const Strided& out, const Strided& in, const Window& g, double pad_va
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(in.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T pad = narrow_to<T>(pad_value);
+    T pad = host_cast<T>(pad_value);  // host code: narrow_to is device-only
     im2col_kernel<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), in, g, pad, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
