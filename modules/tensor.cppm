@@ -226,8 +226,8 @@ public:
   /// A tensor over `storage` with `layout`; checks that the layout stays inside the storage.
   Tensor(Storage storage, Layout layout, DType dtype);
 
-  /// A CPU tensor holding a copy of `values` with `shape` (without a shape: 1-D of
-  /// values.size(); an empty shape `{}` gives a 0-d tensor of one value). Throws Error(shape) when the shape's
+  /// A CPU tensor holding a copy of `values` with `shape` (without a shape, or with an empty
+  /// one: 1-D of values.size(); for a 0-d tensor, reshape({}) a one-element result). Throws Error(shape) when the shape's
   /// numel differs from values.size().
   static Tensor from_vector(const std::vector<float>& values);
   static Tensor from_vector(const std::vector<float>& values, Shape shape);

@@ -102,24 +102,25 @@ Tensor from_values(const T* values, std::size_t count, Shape shape, bool default
 }  // namespace
 
 Tensor Tensor::from_vector(const std::vector<float>& v) { return from_values(v.data(), v.size(), {}, true); }
-Tensor Tensor::from_vector(const std::vector<float>& v, Shape s) { return from_values(v.data(), v.size(), std::move(s), false); }
+Tensor Tensor::from_vector(const std::vector<float>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
 Tensor Tensor::from_vector(const std::vector<double>& v) { return from_values(v.data(), v.size(), {}, true); }
-Tensor Tensor::from_vector(const std::vector<double>& v, Shape s) { return from_values(v.data(), v.size(), std::move(s), false); }
+Tensor Tensor::from_vector(const std::vector<double>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
 Tensor Tensor::from_vector(const std::vector<bfloat16>& v) { return from_values(v.data(), v.size(), {}, true); }
-Tensor Tensor::from_vector(const std::vector<bfloat16>& v, Shape s) { return from_values(v.data(), v.size(), std::move(s), false); }
+Tensor Tensor::from_vector(const std::vector<bfloat16>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
 Tensor Tensor::from_vector(const std::vector<half>& v) { return from_values(v.data(), v.size(), {}, true); }
-Tensor Tensor::from_vector(const std::vector<half>& v, Shape s) { return from_values(v.data(), v.size(), std::move(s), false); }
+Tensor Tensor::from_vector(const std::vector<half>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
 Tensor Tensor::from_vector(const std::vector<std::int32_t>& v) { return from_values(v.data(), v.size(), {}, true); }
-Tensor Tensor::from_vector(const std::vector<std::int32_t>& v, Shape s) { return from_values(v.data(), v.size(), std::move(s), false); }
+Tensor Tensor::from_vector(const std::vector<std::int32_t>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
 Tensor Tensor::from_vector(const std::vector<std::int64_t>& v) { return from_values(v.data(), v.size(), {}, true); }
-Tensor Tensor::from_vector(const std::vector<std::int64_t>& v, Shape s) { return from_values(v.data(), v.size(), std::move(s), false); }
+Tensor Tensor::from_vector(const std::vector<std::int64_t>& v, Shape s) { bool d = s.empty(); return from_values(v.data(), v.size(), std::move(s), d); }
 Tensor Tensor::from_vector(const std::vector<bool>& v) {
   std::vector<std::uint8_t> bytes(v.begin(), v.end());
   return from_values(bytes.data(), bytes.size(), {}, true, DType::boolean);
 }
 Tensor Tensor::from_vector(const std::vector<bool>& v, Shape s) {
   std::vector<std::uint8_t> bytes(v.begin(), v.end());
-  return from_values(bytes.data(), bytes.size(), std::move(s), false, DType::boolean);
+  bool d = s.empty();
+  return from_values(bytes.data(), bytes.size(), std::move(s), d, DType::boolean);
 }
 
 // --- read back ---

@@ -393,7 +393,7 @@ TEST_CASE("backward parity: gradients on the GPU match the CPU") {
       xc.requires_grad_();
       xg.requires_grad_();
       Tensor oc = c.f(xc), og = c.f(xg);
-      Tensor gc = make(dt, normal_values(rng, oc.numel()), oc.shape());
+      Tensor gc = make(dt, normal_values(rng, oc.numel()), oc.shape()).reshape(oc.shape());  // {} -> 0-d
       oc.backward(gc);
       og.backward(gc.to(gpu()));
       REQUIRE(xg.grad().defined());
