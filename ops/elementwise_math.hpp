@@ -22,13 +22,15 @@ BRRR_HD constexpr bool is_comparison(Binary op) {
 }
 
 template <class A> BRRR_HD A ipow(A base, A exp) {  // integer power by squaring (exp >= 0)
-  A result = 1;
+  // Unsigned arithmetic: overflow wraps (as PyTorch's integer pow does) instead of being UB.
+  using U = std::make_unsigned_t<A>;
+  U result = 1, b = static_cast<U>(base);
   while (exp > 0) {
-    if (exp & 1) result *= base;
-    base *= base;
+    if (exp & 1) result *= b;
     exp >>= 1;
+    if (exp > 0) b *= b;
   }
-  return result;
+  return static_cast<A>(result);
 }
 
 template <Unary OP, class A> BRRR_HD A unary(A x, A lo, A hi) {
