@@ -166,7 +166,7 @@ public:
     if (next_edges[1].defined()) {
       Tensor out = out_.unpack(*this);
       Tensor d = mul(out, log(a));
-      d = where(logical_zero_base(a, b), zeros_like(d), d);
+      d = where(eq(a, 0.0), where(ge(b, 0.0), zeros_like(d), d), d);
       gb = reduce_grad(mul(g[0], d), b_shape, b_dtype);
     }
     return {ga, gb};
@@ -175,10 +175,6 @@ public:
   void release_saved() override { a_.reset(), b_.reset(), out_.reset(); }
 
 private:
-  static Tensor logical_zero_base(const Tensor& a, const Tensor& b) {
-    Tensor az = eq(a, 0.0), bnn = ge(b, 0.0);
-    return mul(az.to(DType::i32), bnn.to(DType::i32)).to(DType::boolean);
-  }
   autograd::SavedTensor a_, b_, out_;
 };
 

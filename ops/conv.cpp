@@ -158,7 +158,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Con
   bool unbatched;
   Tensor x = batched("conv2d", input, unbatched);
   require_defined("conv2d", weight, "weight");
-  Device dev = common_device("conv2d", {input, weight, bias});
+  common_device("conv2d", {input, weight, bias});
   if (!is_floating_point(x.dtype()) || weight.dtype() != x.dtype() || (bias.defined() && bias.dtype() != x.dtype()))
     throw Error(ErrorKind::dtype, "conv2d: input, weight and bias must share one floating dtype, got input " +
                                       describe(input) + ", weight " + describe(weight) +
@@ -181,7 +181,6 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Con
   if (oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, "conv2d: input " + describe(input) + " is smaller than the dilated kernel " +
                                       pair_text(k) + " with padding " + pair_text(o.padding));
-  (void)dev;
   std::int64_t N = x.size(0), Cg = C / groups, Og = O / groups;
   std::vector<Tensor> outs;
   for (std::int64_t g = 0; g < groups; ++g) {
