@@ -5,6 +5,7 @@
 // is reported. Also checks that the steps make no host sync (SyncPolicy::error). Prints one
 // JSON object on the last line: {"mlp_step_784_1024_1024_10_b256_sgd_ms": ...}.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -79,11 +80,19 @@ int main() {
     ms.push_back(cuda::Event::elapsed_ms(start, stop));
   }
   std::uint64_t step_syncs = cuda::sync_count() - syncs - 50;  // minus the 50 stop.synchronize()
+
+  // Host time to enqueue one step (no waiting): below the GPU time, the GPU is the bottleneck.
+  cuda::synchronize(dev);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 50; ++i) step();
+  double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 50;
+  cuda::synchronize(dev);
   last_loss = step().to(Device::cpu()).item<float>();
 
   double med = median(ms);
   std::printf("mlp_step_784_1024_1024_10_b256_sgd: median %.4f ms, min %.4f ms over %zu steps\n", med,
               *std::min_element(ms.begin(), ms.end()), ms.size());
+  std::printf("host enqueue time per step: %.4f ms\n", host_ms);
   std::printf("loss %.4f -> %.4f; host syncs inside the timed steps: %llu\n", first_loss, last_loss,
               static_cast<unsigned long long>(step_syncs));
   std::printf("{\"mlp_step_784_1024_1024_10_b256_sgd_ms\": %.4f}\n", med);

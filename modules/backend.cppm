@@ -146,6 +146,20 @@ public:
   /// backward. weight/bias may be nullptr.
   virtual void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
                           const Operand* weight, const Operand* bias, double eps) = 0;
+  /// Fused cross entropy over the rows of contiguous logits [rows, C] (floating) with class
+  /// indices `target` [rows] (i32/i64). Writes `out` [2, rows] (the accumulation dtype: f64
+  /// for f64 logits, f32 otherwise): row 0 the losses (1 - e)(lse - x_t) + e (lse - mean_c x),
+  /// row 1 the weights (1, or 0 where the target is ignore_index); and `lse` [rows] (same
+  /// dtype), each row's log-sum-exp. A target outside [0, C) that is not ignore_index:
+  /// Error(index) on the CPU, the deferred device error on CUDA (its row weighs 0).
+  virtual void cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits,
+                                     const Operand& target, std::int64_t ignore_index, double label_smoothing) = 0;
+  /// grad_logits [rows, C] (logits' dtype) = s_i (softmax(x_i) - (1 - e) onehot(t_i) - e / C),
+  /// s_i = 0 for ignored rows, else grad[i] (per_row) or grad[0] / count[0] (count nullptr:
+  /// grad[0]); grad, count and lse in the accumulation dtype, on the logits' device.
+  virtual void cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
+                                      const Operand& target, const Operand& grad, bool per_row, const Operand* count,
+                                      std::int64_t ignore_index, double label_smoothing) = 0;
   /// Updates every parameter of `step` in place (CUDA: a few launches for all tensors).
   virtual void optimizer_step(const OptimizerStep& step) = 0;
 };
@@ -442,6 +456,11 @@ public:
   void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
                   const Operand* weight, const Operand* bias, double eps) override;
   void optimizer_step(const OptimizerStep& step) override;
+  void cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits, const Operand& target,
+                             std::int64_t ignore_index, double label_smoothing) override;
+  void cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
+                              const Operand& target, const Operand& grad, bool per_row, const Operand* count,
+                              std::int64_t ignore_index, double label_smoothing) override;
   void fill(const Operand& out, double value) override;
   void copy(const Operand& dst, const Operand& src) override;
   void arange(const Operand& out, double start, double step) override;
@@ -466,6 +485,11 @@ public:
   void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
                   const Operand* weight, const Operand* bias, double eps) override;
   void optimizer_step(const OptimizerStep& step) override;
+  void cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits, const Operand& target,
+                             std::int64_t ignore_index, double label_smoothing) override;
+  void cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
+                              const Operand& target, const Operand& grad, bool per_row, const Operand* count,
+                              std::int64_t ignore_index, double label_smoothing) override;
   void fill(const Operand& out, double value) override;
   void copy(const Operand& dst, const Operand& src) override;
   void arange(const Operand& out, double start, double step) override;

@@ -1,6 +1,7 @@
 // Losses: cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits, with
-// PyTorch's semantics (torch.nn.functional, 2.x). cross_entropy is log_softmax followed by
-// nll_loss. nll_loss picks log p[i, target_i] with a one-hot mask built on the device
+// PyTorch's semantics (torch.nn.functional, 2.x). cross_entropy is fused: one backend kernel
+// computes each row's log-sum-exp, loss and weight, one more its gradient (ops/cpu/loss.cpp,
+// ops/cuda/cross_entropy.cu). nll_loss picks log p[i, target_i] with a one-hot mask built on the device
 // (eq(class ids, target)) and where(); the pick is differentiable Tensor ops, needs no
 // gather, and an ignored or (on CUDA) out-of-range target simply matches no class.
 // binary_cross_entropy_with_logits has its own backward node: its gradient
@@ -10,6 +11,7 @@ module;
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 module brrr.ops;
@@ -82,12 +84,10 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
     else
       for (std::int32_t t : target.to_host<std::int32_t>()) check(t);
   }
-  // TODO(deferred device errors): on CUDA, targets outside [0, C) are not checked yet
-  // (reading them would make the host wait). Such a sample matches no class in the one-hot
-  // mask below: it contributes a loss of 0 (and counts in the mean's divisor). Once the
-  // deferred device error flag lands (cuda/device_errors.cpp, code index_errors::nll_target),
-  // report it from here: e.g. pick with gather() on where(valid, target, 0) under that op
-  // code, whose CUDA kernel validates indices without a host wait.
+  // On CUDA the targets are checked by the kernels instead (reading them here would make the
+  // host wait): cross_entropy's kernel reports one outside [0, C) through the deferred device
+  // error flag (code index_errors::nll_target), raised at the next sync point. nll_loss's
+  // one-hot pick is not checked there: such a sample matches no class and adds 0.
 }
 
 // The loss of checked log-probabilities [N, C, d1...] (or [C]) and targets.
@@ -194,6 +194,47 @@ private:
   Shape p_shape_;
 };
 
+// --- cross_entropy (fused) --------------------------------------------------------------
+
+// The gradient of the fused cross entropy w.r.t. its [rows, C] logits. Under create_graph it
+// is built from recorded ops (softmax, where) so that it can be differentiated again.
+class CrossEntropyBackward final : public autograd::Node {
+public:
+  CrossEntropyBackward(const Tensor& x, const Tensor& target, const Tensor& lse, const Tensor& count,
+                       const CrossEntropyOptions& o)
+      : x_(x), target_(target), lse_(lse), count_(count), options_(o) {}
+
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    Tensor x = x_.unpack(*this), t = target_.unpack(*this), lse = lse_.unpack(*this), count = count_.unpack(*this);
+    const bool per_row = options_.reduction == Reduction::none;
+    const std::int64_t rows = x.size(0), classes = x.size(1);
+    Tensor g = per_row ? grads[0].reshape({rows}) : grads[0];
+    if (autograd::is_grad_enabled()) {
+      const double e = options_.label_smoothing;
+      Tensor onehot = eq(arange(classes, {.dtype = t.dtype(), .device = x.device()}).view({1, classes}), t.view({rows, 1}));
+      Tensor d = sub(sub(softmax(x, 1), mul(onehot.to(x.dtype()), 1.0 - e)), e / static_cast<double>(classes));
+      Tensor scale = per_row ? g.view({rows, 1}) : (count.defined() ? div(g, count) : g);
+      return {where(ne(t, Scalar(options_.ignore_index)).view({rows, 1}), mul(d, scale), 0.0)};
+    }
+    Tensor ga = as_dtype(g, lse.dtype()).contiguous();
+    Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    std::optional<backend::Operand> count_op;
+    if (count.defined()) count_op = backend::operand(count, "cross_entropy");
+    backend::backend_for(x.device())
+        .cross_entropy_backward(backend::operand(gx, "cross_entropy"), backend::operand(x, "cross_entropy"),
+                                backend::operand(lse, "cross_entropy"), backend::operand(t, "cross_entropy"),
+                                backend::operand(ga, "cross_entropy"), per_row, count_op ? &*count_op : nullptr,
+                                options_.ignore_index, options_.label_smoothing);
+    return {gx};
+  }
+  std::string name() const override { return "CrossEntropyBackward"; }
+  void release_saved() override { x_.reset(), target_.reset(), lse_.reset(), count_.reset(); }
+
+private:
+  autograd::SavedTensor x_, target_, lse_, count_;
+  CrossEntropyOptions options_;
+};
+
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options) {
@@ -208,7 +249,46 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptio
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
   OpRange range("cross_entropy");
   check_targets("cross_entropy", logits, target, options);
-  return nll_forward(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, options);
+  // Logits as [rows, C]: the class dim moved last and made contiguous. These are recorded
+  // ops, so the fused node below connects to `x` and their backward reaches `logits`.
+  Tensor x = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
+  if (x.dim() > 2) {
+    Shape perm{0};
+    for (std::int64_t d = 2; d < x.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    x = x.permute(perm);
+  }
+  const std::int64_t classes = x.size(-1), rows = target.numel();
+  x = x.contiguous().reshape({rows, classes});
+  const Tensor t = target.contiguous().reshape({rows});
+  const DType acc = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Device dev = logits.device();
+
+  const bool record = autograd::any_requires_grad({x});
+  NoGradGuard no_grad;
+  // Row 0: each row's loss; row 1: its weight (0 for ignored targets).
+  Tensor losses = empty({2, rows}, {.dtype = acc, .device = dev});
+  Tensor lse = empty({rows}, {.dtype = acc, .device = dev});
+  backend::backend_for(dev).cross_entropy_forward(
+      backend::operand(losses, "cross_entropy"), backend::operand(lse, "cross_entropy"),
+      backend::operand(x, "cross_entropy"), backend::operand(t, "cross_entropy"), options.ignore_index,
+      options.label_smoothing);
+  Tensor out, count;
+  switch (options.reduction) {
+    case Reduction::none: out = losses.select(0, 0).reshape(target.shape()); break;
+    case Reduction::sum: out = sum(losses.select(0, 0)); break;
+    case Reduction::mean: {
+      // Sum of losses over sum of weights; every target ignored gives 0 / 0 = NaN (PyTorch).
+      Tensor totals = sum(losses, {1});
+      count = totals.select(0, 1);
+      out = div(totals.select(0, 0), count);
+      break;
+    }
+  }
+  out = as_dtype(out, logits.dtype());
+  if (record)
+    autograd::connect(std::make_shared<CrossEntropyBackward>(x, t, lse, count, options), {x}, {out});
+  return out;
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -109,6 +109,24 @@ int softmax_rows(void* out, const void* in, ScalarType dtype, std::int64_t rows,
 int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
                     ScalarType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
 
+// ---- Fused cross entropy (ops/cuda/cross_entropy.cu) ----
+
+/// Per row of contiguous logits [rows, cols] (f32/f64/bf16/f16) and targets [rows] (i64 when
+/// target_i64, else i32): out[row] = loss, out[rows + row] = weight (1, or 0 for an ignored
+/// or out-of-range target), lse[row] = log-sum-exp; out and lse in the accumulation type
+/// (f64 for f64, f32 otherwise). loss = (1 - e)(lse - x_t) + e (lse - mean_c x_c). A target
+/// outside [0, cols) other than ignore_index stores error_code into *error_flag.
+int cross_entropy_forward(void* out, void* lse, const void* logits, ScalarType dtype, const void* target,
+                          bool target_i64, std::int64_t rows, std::int64_t cols, std::int64_t ignore_index,
+                          double label_smoothing, int* error_flag, int error_code, void* stream);
+/// grad_logits[i, c] (logits' dtype) = s_i (exp(x - lse_i) - (1 - e) [c == t_i] - e / cols),
+/// s_i = 0 for ignored or out-of-range targets, else grad[i] (per_row) or grad[0] / count[0]
+/// (count may be nullptr: then grad[0]). grad, count and lse in the accumulation type.
+int cross_entropy_backward(void* grad_logits, const void* logits, const void* lse, const void* target,
+                           ScalarType dtype, bool target_i64, const void* grad, bool per_row, const void* count,
+                           std::int64_t rows, std::int64_t cols, std::int64_t ignore_index, double label_smoothing,
+                           void* stream);
+
 // ---- im2col / col2im (ops/cuda/im2col.cu) ----
 
 /// Mirrors backend::Window2d: the window sweep over an [N, C, H, W] input.

@@ -18,60 +18,11 @@
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/row_reduce.cuh"
 
 namespace brrr::kernels {
 
 namespace {
-
-// Accumulation type: double for f64, float for f32/bf16/f16.
-template <class T> struct RowAcc { using type = float; };
-template <> struct RowAcc<double> { using type = double; };
-template <class T> using racc_t = typename RowAcc<T>::type;
-
-template <class A, class T> __device__ __forceinline__ A to_acc(T v) {
-  if constexpr (is_half_like<T>) return static_cast<A>(static_cast<float>(v));
-  else return static_cast<A>(v);
-}
-
-__device__ __forceinline__ float exp_(float x) { return expf(x); }
-__device__ __forceinline__ double exp_(double x) { return exp(x); }
-__device__ __forceinline__ float log_(float x) { return logf(x); }
-__device__ __forceinline__ double log_(double x) { return log(x); }
-__device__ __forceinline__ float rsqrt_(float x) { return 1.0f / sqrtf(x); }
-__device__ __forceinline__ double rsqrt_(double x) { return 1.0 / sqrt(x); }
-__device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
-__device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
-
-template <class A> __device__ __forceinline__ A neg_inf() { return -std::numeric_limits<A>::infinity(); }
-
-constexpr unsigned full_mask = 0xffffffffu;
-
-template <class A> __device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(full_mask, v, o);
-  return v;
-}
-template <class A> __device__ __forceinline__ A warp_max(A v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max_(v, __shfl_xor_sync(full_mask, v, o));
-  return v;
-}
-
-// All-reduce over the block (blockDim.x a multiple of 32, at most 1024). `shared` holds 33
-// values; it may be reused by the next call right away (see the two __syncthreads).
-template <class A, bool IsMax> __device__ __forceinline__ A block_reduce(A v, A* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = IsMax ? warp_max(v) : warp_sum(v);
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    A w = lane < nwarps ? shared[lane] : (IsMax ? neg_inf<A>() : A(0));
-    w = IsMax ? warp_max(w) : warp_sum(w);
-    if (lane == 0) shared[32] = w;
-  }
-  __syncthreads();
-  return shared[32];
-}
 
 // Online softmax normaliser (m, s): s is the sum of exp(x - m) over the elements seen.
 // NaN and +inf poison the row (m = s = NaN: every output NaN, as PyTorch), -inf elements

@@ -390,6 +390,26 @@ TEST_CASE("cross_entropy with -inf logits off the target stays finite") {
   check_close({g[1], g[4]}, {0, 0}, 0, 0);
 }
 
+TEST_CASE("cross_entropy: second derivatives (create_graph) match finite differences") {
+  std::uint64_t seed = fresh_seed();
+  INFO("seed ", seed);
+  std::mt19937_64 rng(seed);
+  Tensor x = make(DType::f64, normal_values(rng, 12), {4, 3});
+  Tensor target = i64_tensor({2, -100, 0, 1});
+  Tensor w = make(DType::f64, normal_values(rng, 12), {4, 3});
+  for (Reduction red : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    INFO("reduction ", static_cast<int>(red));
+    // f(x) = sum(w * d loss / d x): its gradient is the Hessian-vector product H w.
+    auto f = [&](const std::vector<Tensor>& in) {
+      GradModeGuard on(true);  // gradcheck evaluates f under no_grad for the differences
+      Tensor loss = cross_entropy(in[0], target, {.reduction = red, .label_smoothing = 0.2});
+      Tensor g = autograd::grad({red == Reduction::none ? sum(loss) : loss}, {in[0]}, {}, true, true)[0];
+      return sum(mul(g, w));
+    };
+    CHECK(autograd::gradcheck(f, {x}));
+  }
+}
+
 TEST_CASE("nll_loss on log-probabilities") {
   std::uint64_t seed = fresh_seed();
   INFO("seed ", seed);
