@@ -1,5 +1,5 @@
-// Deferred device errors: how an index kernel reports an out-of-range index without making
-// the host wait. Each CUDA device has one int in mapped pinned host memory (cudaHostAlloc
+// Deferred device errors: how a kernel reports an out-of-range index (or an integer division
+// by zero) without making the host wait. Each CUDA device has one int in mapped pinned host memory (cudaHostAlloc
 // with cudaHostAllocMapped, created on first use); a kernel that meets a bad index clamps
 // it (so no wild memory access happens) and stores the op's code there. The host reads the
 // flag only after it has waited for the device anyway (check_device_errors, called after
@@ -19,24 +19,9 @@ module;
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "cuda/device_error_codes.hpp"
 module brrr.backend;
 import brrr.tensor;
-
-// Reached from brrr.ops (ops/index.cpp), ops/cpu/index.cpp and ops/cuda/index_launch.cpp,
-// which repeat this declaration: a linkage specification attaches it to the global module,
-// so that it links across module boundaries.
-extern "C++" {
-namespace brrr::index_errors {
-/// Codes of the ops whose kernels validate indices (0: none set).
-enum : int { none = 0, embedding = 1, gather = 2, scatter_add = 3, index_select = 4, one_hot = 5, nll_target = 6 };
-/// Sets the op code that index kernels launched by this thread report; returns the previous.
-int exchange_current_op(int code) noexcept;
-/// This thread's current op code, or `fallback` when none is set.
-int current_op(int fallback) noexcept;
-/// "embedding", "gather", ... for a code ("index kernel" for unknown codes).
-const char* op_name(int code) noexcept;
-}  // namespace brrr::index_errors
-}
 
 extern "C++" {
 namespace brrr::index_errors {
@@ -61,6 +46,10 @@ const char* op_name(int code) noexcept {
     case index_select: return "index_select";
     case one_hot: return "one_hot";
     case nll_target: return "cross_entropy/nll_loss (target)";
+    case floor_divide: return "floor_divide";
+    case trunc_divide: return "div (rounding_mode trunc)";
+    case remainder: return "remainder";
+    case fmod: return "fmod";
     default: return "index kernel";
   }
 }
@@ -126,6 +115,11 @@ void check_device_errors(int device) {
   if (host == nullptr) return;  // no index kernel ever ran there
   int code = __atomic_exchange_n(host, 0, __ATOMIC_SEQ_CST);
   if (code == 0) return;
+  if (index_errors::is_division(code))
+    throw Error(ErrorKind::value, std::string(index_errors::op_name(code)) +
+                                      ": integer division by zero detected on cuda:" + std::to_string(device) +
+                                      " by a kernel launched earlier (checked at this sync point); the quotients of "
+                                      "a zero divisor were written as 0");
   throw Error(ErrorKind::index, std::string(index_errors::op_name(code)) +
                                     ": index out of range detected on cuda:" + std::to_string(device) +
                                     " by a kernel launched earlier (checked at this sync point); the values that op "

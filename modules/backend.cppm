@@ -70,8 +70,13 @@ struct OptimizerStep {
 enum class UnaryOp : std::uint8_t {
   neg, abs, exp, log, log1p, sqrt, rsqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, sin, cos, erf, sign, clamp
 };
-/// Elementwise functions of two operands. eq..ge write bool.
-enum class BinaryOp : std::uint8_t { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+/// Elementwise functions of two operands. eq..ge write bool. The rounding divisions
+/// (floor_divide..fmod) on integers report a zero divisor: Error(value) on the CPU, the
+/// deferred device error on CUDA. relu_backward(grad, x) = x > 0 ? grad : 0.
+enum class BinaryOp : std::uint8_t {
+  add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
+  floor_divide, trunc_divide, remainder, fmod, relu_backward
+};
 /// Reductions; max/min optionally with the index along a single reduced dim.
 enum class ReduceOp : std::uint8_t { sum, max, min };
 

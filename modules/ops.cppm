@@ -9,6 +9,7 @@ module;
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 export module brrr.ops;
@@ -56,6 +57,29 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadca
 [[nodiscard]] Tensor div(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor div(const Tensor& a, Scalar b);
 [[nodiscard]] Tensor div(Scalar a, const Tensor& b);
+/// Rounding divisions (PyTorch's): the result keeps the promoted dtype, so integers stay
+/// integers; bool operands throw Error(dtype). For a = [-3, 3, -7, 7], b = [2, -2, 2, -2]:
+///   floor_divide(a, b)  = [-2, -2, -4, -4]   (rounded toward -inf; = div(a, b, "floor"))
+///   div(a, b, "trunc")  = [-1, -1, -3, -3]   (rounded toward 0)
+///   remainder(a, b)     = [ 1, -1,  1, -1]   (sign of the divisor: a - b * floor(a / b))
+///   fmod(a, b)          = [-1,  1, -1,  1]   (sign of the dividend: a - b * trunc(a / b))
+/// Floats divided by 0 give inf/NaN. Integers divided by 0 are an error: Error(value) at the
+/// call on the CPU (and for a zero number divisor on any device); on CUDA the kernel reports
+/// it as a deferred device error, thrown at the next sync point (docs/semantics.md).
+/// Gradients: floor/trunc division 0; remainder/fmod d/da = 1, d/db = -(rounded quotient).
+[[nodiscard]] Tensor floor_divide(const Tensor& a, const Tensor& b);
+[[nodiscard]] Tensor floor_divide(const Tensor& a, Scalar b);
+/// div with rounding_mode "trunc" or "floor" (anything else: Error(value)).
+[[nodiscard]] Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode);
+[[nodiscard]] Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode);
+[[nodiscard]] Tensor remainder(const Tensor& a, const Tensor& b);
+[[nodiscard]] Tensor remainder(const Tensor& a, Scalar b);
+[[nodiscard]] Tensor remainder(Scalar a, const Tensor& b);
+[[nodiscard]] Tensor fmod(const Tensor& a, const Tensor& b);
+[[nodiscard]] Tensor fmod(const Tensor& a, Scalar b);
+/// relu's gradient in one kernel: x > 0 ? grad : 0 (0 at the kink and at NaN), broadcast and
+/// promoted like any binary op. Not itself recorded (used inside backward passes).
+[[nodiscard]] Tensor relu_backward(const Tensor& grad, const Tensor& x);
 /// a^b elementwise (floating dtypes; integer bases with integer exponents stay integer).
 [[nodiscard]] Tensor pow(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor pow(const Tensor& a, Scalar exponent);

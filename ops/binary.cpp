@@ -1,4 +1,5 @@
-// Binary elementwise ops: add, sub, mul, div, pow, maximum, minimum, comparisons, where.
+// Binary elementwise ops: add, sub, mul, div, pow, maximum, minimum, the rounding divisions
+// (floor_divide, div with rounding_mode, remainder, fmod), comparisons, where.
 // Forward: promote dtypes (PyTorch), broadcast (NumPy), one backend kernel over the
 // broadcast views (stride 0, no copies). Backward: Tensor ops, reduced back to each input's
 // shape (sum_to_size) and dtype.
@@ -8,6 +9,7 @@ module;
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 module brrr.ops;
 import brrr.tensor;
@@ -42,6 +44,11 @@ const char* name_of(BinaryOp op) {
     case BinaryOp::le: return "le";
     case BinaryOp::gt: return "gt";
     case BinaryOp::ge: return "ge";
+    case BinaryOp::floor_divide: return "floor_divide";
+    case BinaryOp::trunc_divide: return "div (rounding_mode trunc)";
+    case BinaryOp::remainder: return "remainder";
+    case BinaryOp::fmod: return "fmod";
+    case BinaryOp::relu_backward: return "relu_backward";
   }
   return "?";
 }
@@ -50,11 +57,17 @@ bool is_comparison(BinaryOp op) {
   switch (op) {
     case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
       return true;
-    case BinaryOp::add: case BinaryOp::sub: case BinaryOp::mul: case BinaryOp::div: case BinaryOp::pow:
-    case BinaryOp::maximum: case BinaryOp::minimum:
-      return false;
+    default: return false;
   }
-  return false;
+}
+
+bool is_rounding_division(BinaryOp op) {
+  return op == BinaryOp::floor_divide || op == BinaryOp::trunc_divide || op == BinaryOp::remainder ||
+         op == BinaryOp::fmod;
+}
+
+[[noreturn]] void bool_division(BinaryOp op) {
+  throw Error(ErrorKind::dtype, std::string(name_of(op)) + ": not defined for bool tensors");
 }
 
 // Forward of tensor-tensor ops, never recorded.
@@ -67,6 +80,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (op == BinaryOp::div && !is_floating_point(compute)) compute = DType::f32;  // true division
   if ((op == BinaryOp::sub) && compute == DType::boolean)
     throw Error(ErrorKind::dtype, "sub: subtracting bool tensors is not supported (use logical ops)");
+  if (is_rounding_division(op) && compute == DType::boolean) bool_division(op);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   NoGradGuard no_grad;
   Tensor ca = a.dtype() == compute ? a : a.to(compute);
@@ -83,6 +97,12 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar
   require_defined(name, a);
   DType compute = result_type(a.dtype(), s);
   if (op == BinaryOp::div && !is_floating_point(compute)) compute = DType::f32;
+  if (is_rounding_division(op)) {
+    if (compute == DType::boolean) bool_division(op);
+    // A known zero divisor needs no kernel to find it (tensor // 0 on integers).
+    if (!scalar_first && !is_floating_point(compute) && static_cast<std::int64_t>(s.value) == 0)
+      throw Error(ErrorKind::value, std::string(name) + ": integer division by zero");
+  }
   NoGradGuard no_grad;
   Tensor ca = a.dtype() == compute ? a : a.to(compute);
   Tensor out = empty(a.shape(), {.dtype = is_comparison(op) ? DType::boolean : compute, .device = a.device()});
@@ -200,13 +220,44 @@ private:
   bool is_max_;
 };
 
+// floor_divide / trunc division: piecewise constant, gradient 0 (PyTorch). remainder and
+// fmod: a - b * q with q = floor(a / b) or trunc(a / b), so d/da = 1, d/db = -q.
+class RoundingDivisionBackward final : public autograd::Node, Inputs {
+public:
+  RoundingDivisionBackward(BinaryOp op, const Tensor& a, const Tensor& b) : Inputs(a, b), op_(op) {
+    if (op == BinaryOp::remainder || op == BinaryOp::fmod) a_ = autograd::SavedTensor(a), b_ = autograd::SavedTensor(b);
+  }
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    Tensor ga, gb;
+    if (op_ == BinaryOp::floor_divide || op_ == BinaryOp::trunc_divide) {
+      if (next_edges[0].defined()) ga = reduce_grad(zeros_like(g[0]), a_shape, a_dtype);
+      if (next_edges[1].defined()) gb = reduce_grad(zeros_like(g[0]), b_shape, b_dtype);
+      return {ga, gb};
+    }
+    if (next_edges[0].defined()) ga = reduce_grad(g[0], a_shape, a_dtype);
+    if (next_edges[1].defined()) {
+      Tensor a = a_.unpack(*this), b = b_.unpack(*this);
+      Tensor q = op_ == BinaryOp::remainder ? floor_divide(a, b) : div(a, b, "trunc");
+      gb = reduce_grad(neg(mul(g[0], q)), b_shape, b_dtype);
+    }
+    return {ga, gb};
+  }
+  std::string name() const override { return std::string(name_of(op_)) + "Backward"; }
+  void release_saved() override { a_.reset(), b_.reset(); }
+
+private:
+  BinaryOp op_;
+  autograd::SavedTensor a_, b_;
+};
+
 // tensor (op) scalar: a single input.
 class ScalarBackward final : public autograd::Node {
 public:
   ScalarBackward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
       : op_(op), s_(s), scalar_first_(scalar_first), shape_(a.shape()), dtype_(a.dtype()) {
-    // Only s / a, a ^ s and 0 ^ a need the input itself.
-    if ((op == BinaryOp::div && scalar_first) || (op == BinaryOp::pow && (!scalar_first || s == 0)))
+    // Only s / a, a ^ s, 0 ^ a and s % a need the input itself.
+    if ((op == BinaryOp::div && scalar_first) || (op == BinaryOp::pow && (!scalar_first || s == 0)) ||
+        ((op == BinaryOp::remainder || op == BinaryOp::fmod) && scalar_first))
       a_ = autograd::SavedTensor(a);
   }
   void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
@@ -233,8 +284,17 @@ public:
           if (s_ == 0) gi = where(ge(a_.unpack(*this), 0.0), zeros_like(gi), gi);
         }
         break;
-      case BinaryOp::maximum: case BinaryOp::minimum: case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt:
-      case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
+      case BinaryOp::floor_divide: case BinaryOp::trunc_divide: gi = zeros_like(g[0]); break;
+      case BinaryOp::remainder: case BinaryOp::fmod:
+        // a % s -> g;   s % a -> -g q with q the rounded quotient s / a
+        if (!scalar_first_) gi = g[0];
+        else {
+          Tensor a = a_.unpack(*this);
+          Tensor sa = full({}, s_, {.dtype = a.dtype(), .device = a.device()});
+          gi = neg(mul(g[0], op_ == BinaryOp::remainder ? floor_divide(sa, a) : div(sa, a, "trunc")));
+        }
+        break;
+      default:
         throw Error(ErrorKind::autograd, std::string(name_of(op_)) + " with a scalar has no backward rule");
     }
     return {reduce_grad(gi, shape_, dtype_)};
@@ -282,8 +342,10 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
     case BinaryOp::pow: node = std::make_shared<PowBackward>(a, b); break;
     case BinaryOp::maximum: node = std::make_shared<ExtremumBackward>(a, b, true); break;
     case BinaryOp::minimum: node = std::make_shared<ExtremumBackward>(a, b, false); break;
-    case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
-      return out;
+    case BinaryOp::floor_divide: case BinaryOp::trunc_divide: case BinaryOp::remainder: case BinaryOp::fmod:
+      node = std::make_shared<RoundingDivisionBackward>(op, a, b);
+      break;
+    default: return out;  // comparisons; relu_backward is only used inside backward passes
   }
   autograd::connect(node, {a, b}, {out});
   if (op == BinaryOp::pow) static_cast<PowBackward&>(*node).save_output(out);
@@ -317,6 +379,32 @@ Tensor pow(const Tensor& a, Scalar exponent) { return scalar_op(BinaryOp::pow, a
 Tensor pow(Scalar base, const Tensor& exponent) { return scalar_op(BinaryOp::pow, exponent, base, true); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::minimum, a, b); }
+
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::floor_divide, a, b); }
+Tensor floor_divide(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::floor_divide, a, b, false); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::remainder, a, b); }
+Tensor remainder(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::remainder, a, b, false); }
+Tensor remainder(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::remainder, b, a, true); }
+Tensor fmod(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::fmod, a, b); }
+Tensor fmod(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::fmod, a, b, false); }
+
+namespace {
+BinaryOp rounding_op(std::string_view mode) {
+  if (mode == "floor") return BinaryOp::floor_divide;
+  if (mode == "trunc") return BinaryOp::trunc_divide;
+  throw Error(ErrorKind::value, "div: rounding_mode must be \"trunc\" or \"floor\", got \"" + std::string(mode) +
+                                    "\" (use div(a, b) for true division)");
+}
+}  // namespace
+
+Tensor div(const Tensor& a, const Tensor& b, std::string_view rounding_mode) {
+  return binary_op(rounding_op(rounding_mode), a, b);
+}
+Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode) {
+  return scalar_op(rounding_op(rounding_mode), a, b, false);
+}
+
+Tensor relu_backward(const Tensor& grad, const Tensor& x) { return binary_op(BinaryOp::relu_backward, grad, x); }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::ne, a, b); }

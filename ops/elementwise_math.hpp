@@ -13,7 +13,16 @@ namespace brrr::elementwise {
 enum class Unary : std::uint8_t {
   neg, abs, exp, log, log1p, sqrt, rsqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, sin, cos, erf, sign, clamp
 };
-enum class Binary : std::uint8_t { add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge };
+enum class Binary : std::uint8_t {
+  add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
+  floor_divide, trunc_divide, remainder, fmod,  // rounding divisions (integers stay integers)
+  relu_backward                                  // (grad, x) -> x > 0 ? grad : 0
+};
+
+/// The rounding divisions: on integers a zero divisor is an error the kernels report.
+BRRR_HD constexpr bool is_integer_division(Binary op) {
+  return op == Binary::floor_divide || op == Binary::trunc_divide || op == Binary::remainder || op == Binary::fmod;
+}
 
 /// True for comparisons: they write bool.
 BRRR_HD constexpr bool is_comparison(Binary op) {
@@ -64,6 +73,43 @@ template <Unary OP, class A> BRRR_HD A unary(A x, A lo, A hi) {
   return x;  // unreachable: the op layer promotes integers for floating functions
 }
 
+/// floor_divide, trunc_divide, remainder, fmod: PyTorch's definitions (ATen's
+/// div_floor_floating and remainder kernels). Floats: floor division computed from fmod, so
+/// that a == b * q + r holds as closely as IEEE allows; a zero divisor gives inf/NaN.
+/// Integers: C++ truncating division, adjusted toward -inf for floor and for the remainder's
+/// sign (the divisor's); b == 0 returns 0 (the op layer or the kernel reports the error);
+/// b == -1 avoids the overflow trap of INT_MIN / -1 (the quotient wraps, as PyTorch's).
+template <Binary OP, class A> BRRR_HD A rounding_division(A a, A b) {
+  if constexpr (std::is_floating_point_v<A>) {
+    using std::fmod, std::floor, std::trunc, std::copysign;
+    if constexpr (OP == Binary::fmod) return fmod(a, b);
+    else if constexpr (OP == Binary::trunc_divide) return trunc(a / b);
+    else if constexpr (OP == Binary::remainder) {
+      A r = fmod(a, b);
+      if (r != A(0) && ((b < A(0)) != (r < A(0)))) r += b;
+      return r;
+    } else {
+      if (b == A(0)) return a / b;
+      A r = fmod(a, b);
+      A q = (a - r) / b;
+      if (r != A(0) && ((b < A(0)) != (r < A(0)))) q -= A(1);
+      if (q == A(0)) return copysign(A(0), a / b);
+      A f = floor(q);
+      if (q - f > A(0.5)) f += A(1);
+      return f;
+    }
+  } else {
+    if (b == 0) return A(0);
+    using U = std::make_unsigned_t<A>;
+    A q = b == -1 ? static_cast<A>(U(0) - static_cast<U>(a)) : a / b;  // wraps at the minimum
+    A r = b == -1 ? A(0) : a % b;
+    if constexpr (OP == Binary::trunc_divide) return q;
+    else if constexpr (OP == Binary::fmod) return r;
+    else if constexpr (OP == Binary::remainder) return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    else return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+  }
+}
+
 /// Result of a binary op in A (comparisons return 0/1).
 template <Binary OP, class A> BRRR_HD A binary(A a, A b) {
   if constexpr (OP == Binary::add) return a + b;
@@ -77,6 +123,10 @@ template <Binary OP, class A> BRRR_HD A binary(A a, A b) {
       using std::pow;
       return pow(a, b);
     } else return b < 0 ? A(0) : ipow(a, b);
+  } else if constexpr (is_integer_division(OP)) {
+    return rounding_division<OP>(a, b);
+  } else if constexpr (OP == Binary::relu_backward) {
+    return b > A(0) ? a : A(0);  // 0 at the kink and at NaN, as PyTorch's threshold_backward
   } else if constexpr (OP == Binary::maximum) {
     if constexpr (std::is_floating_point_v<A>)
       if (a != a || b != b) return a + b;  // NaN propagates

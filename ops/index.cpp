@@ -18,19 +18,10 @@ module;
 #include <optional>
 #include <string>
 #include <vector>
+#include "cuda/device_error_codes.hpp"
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
-
-// Defined in cuda/device_errors.cpp (global module: reachable from brrr.ops and brrr.backend).
-extern "C++" {
-namespace brrr::index_errors {
-enum : int { none = 0, embedding = 1, gather = 2, scatter_add = 3, index_select = 4, one_hot = 5, nll_target = 6 };
-int exchange_current_op(int code) noexcept;
-int current_op(int fallback) noexcept;
-const char* op_name(int code) noexcept;
-}  // namespace brrr::index_errors
-}
 
 namespace brrr {
 

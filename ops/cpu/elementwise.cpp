@@ -4,6 +4,7 @@ module;
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "ops/elementwise_math.hpp"
@@ -40,6 +41,21 @@ template <ew::Unary OP> void unary_loop(const Operand& out, const Operand& in, d
   });
 }
 
+const char* division_name(ew::Binary op) {
+  switch (op) {
+    case ew::Binary::floor_divide: return "floor_divide";
+    case ew::Binary::trunc_divide: return "div (rounding_mode trunc)";
+    case ew::Binary::remainder: return "remainder";
+    default: return "fmod";
+  }
+}
+
+// Integer rounding divisions: a zero divisor is an error (PyTorch's CPU behaviour).
+template <ew::Binary OP, class A> void check_divisor(A b) {
+  if constexpr (ew::is_integer_division(OP) && std::is_integral_v<A>)
+    if (b == 0) throw Error(ErrorKind::value, std::string(division_name(OP)) + ": integer division by zero");
+}
+
 template <ew::Binary OP> void binary_loop(const Operand& out, const Operand& a, const Operand& b) {
   dispatch(a.dtype, [&]<class T>(T*) {
     using A = acc_t<T>;
@@ -54,7 +70,9 @@ template <ew::Binary OP> void binary_loop(const Operand& out, const Operand& a, 
     } else {
       auto* o = static_cast<storage_t<T>*>(out.data);
       for_each(ops, [&](const std::int64_t* off) {
-        o[off[0]] = narrow_to<T>(ew::binary<OP, A>(load<T>(pa[off[1]]), load<T>(pb[off[2]])));
+        const A bv = load<T>(pb[off[2]]);
+        check_divisor<OP>(bv);
+        o[off[0]] = narrow_to<T>(ew::binary<OP, A>(load<T>(pa[off[1]]), bv));
       });
     }
   });
@@ -66,7 +84,10 @@ template <ew::Binary OP> void binary_scalar_loop(const Operand& out, const Opera
     const auto* pa = static_cast<const storage_t<T>*>(a.data);
     A sv = load<T>(narrow_to<T>(s));  // the scalar as the tensor's dtype holds it
     const Operand* ops[2] = {&out, &a};
-    auto f = [&](A x) { return scalar_first ? ew::binary<OP, A>(sv, x) : ew::binary<OP, A>(x, sv); };
+    auto f = [&](A x) {
+      check_divisor<OP>(scalar_first ? x : sv);
+      return scalar_first ? ew::binary<OP, A>(sv, x) : ew::binary<OP, A>(x, sv);
+    };
     if constexpr (ew::is_comparison(OP)) {
       auto* o = static_cast<std::uint8_t*>(out.data);
       for_each(ops, [&](const std::int64_t* off) { o[off[0]] = f(load<T>(pa[off[1]])) != A(0); });
@@ -90,7 +111,8 @@ template <class E, E... Ops, class F> void with_op(E op, F&& f) {
 #define BRRR_BINARY_OPS                                                                                          \
   ew::Binary::add, ew::Binary::sub, ew::Binary::mul, ew::Binary::div, ew::Binary::pow, ew::Binary::maximum,       \
       ew::Binary::minimum, ew::Binary::eq, ew::Binary::ne, ew::Binary::lt, ew::Binary::le, ew::Binary::gt,        \
-      ew::Binary::ge
+      ew::Binary::ge, ew::Binary::floor_divide, ew::Binary::trunc_divide, ew::Binary::remainder, ew::Binary::fmod, \
+      ew::Binary::relu_backward
 
 }  // namespace
 

@@ -141,8 +141,17 @@ template <ew::Unary OP, class T> struct UnaryF {
   __device__ __forceinline__ T operator()(T x) const { return narrow_to<T>(ew::unary<OP, acc_t<T>>(load(x), lo, hi)); }
 };
 
+// Integer rounding divisions store `code` into the deferred error flag on a zero divisor.
+template <ew::Binary OP, class A> __device__ __forceinline__ void check_divisor(A b, int* flag, int code) {
+  if constexpr (ew::is_integer_division(OP) && std::is_integral_v<A>)
+    if (b == 0 && flag) *reinterpret_cast<volatile int*>(flag) = code;
+}
+
 template <ew::Binary OP, class T, class O> struct BinaryF {
+  int* flag;
+  int code;
   __device__ __forceinline__ O operator()(T a, T b) const {
+    check_divisor<OP>(load(b), flag, code);
     auto r = ew::binary<OP, acc_t<T>>(load(a), load(b));
     if constexpr (ew::is_comparison(OP)) return static_cast<O>(r != 0);
     else return narrow_to<O>(r);
@@ -152,8 +161,11 @@ template <ew::Binary OP, class T, class O> struct BinaryF {
 template <ew::Binary OP, class T, class O> struct BinaryScalarF {
   acc_t<T> s;
   bool scalar_first;
+  int* flag;
+  int code;
   __device__ __forceinline__ O operator()(T a) const {
     auto x = load(a);
+    check_divisor<OP>(scalar_first ? x : s, flag, code);
     auto r = scalar_first ? ew::binary<OP, acc_t<T>>(s, x) : ew::binary<OP, acc_t<T>>(x, s);
     if constexpr (ew::is_comparison(OP)) return static_cast<O>(r != 0);
     else return narrow_to<O>(r);
@@ -199,7 +211,8 @@ template <class E, E... Ops, class F> void with_op(E op, F&& f) {
 #define BRRR_BINARY_OPS                                                                                          \
   ew::Binary::add, ew::Binary::sub, ew::Binary::mul, ew::Binary::div, ew::Binary::pow, ew::Binary::maximum,       \
       ew::Binary::minimum, ew::Binary::eq, ew::Binary::ne, ew::Binary::lt, ew::Binary::le, ew::Binary::gt,        \
-      ew::Binary::ge
+      ew::Binary::ge, ew::Binary::floor_divide, ew::Binary::trunc_divide, ew::Binary::remainder, ew::Binary::fmod, \
+      ew::Binary::relu_backward
 
 template <class A> A clamp_bound(double v, bool upper) {
   if constexpr (std::is_floating_point_v<A>) {
@@ -235,27 +248,30 @@ int unary(int op, const Strided& out, const Strided& in, double lo, double hi, v
   return static_cast<int>(cudaGetLastError());
 }
 
-int binary(int op, const Strided& out, const Strided& a, const Strided& b, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  with_op<ew::Binary, BRRR_BINARY_OPS>(static_cast<ew::Binary>(op), [&]<ew::Binary OP>() {
-    dispatch(a.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (ew::is_comparison(OP)) launch2<std::uint8_t, T>(out, a, b, BinaryF<OP, T, std::uint8_t>{}, s);
-      else launch2<T, T>(out, a, b, BinaryF<OP, T, T>{}, s);
-    });
-  });
-  return static_cast<int>(cudaGetLastError());
-}
-
-int binary_scalar(int op, const Strided& out, const Strided& a, double sc, bool scalar_first, void* stream) {
+int binary(int op, const Strided& out, const Strided& a, const Strided& b, int* error_flag, int error_code,
+           void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   with_op<ew::Binary, BRRR_BINARY_OPS>(static_cast<ew::Binary>(op), [&]<ew::Binary OP>() {
     dispatch(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (ew::is_comparison(OP))
-        launch1<std::uint8_t, T>(out, a, BinaryScalarF<OP, T, std::uint8_t>{scalar_as<T>(sc), scalar_first}, s);
+        launch2<std::uint8_t, T>(out, a, b, BinaryF<OP, T, std::uint8_t>{error_flag, error_code}, s);
+      else launch2<T, T>(out, a, b, BinaryF<OP, T, T>{error_flag, error_code}, s);
+    });
+  });
+  return static_cast<int>(cudaGetLastError());
+}
+
+int binary_scalar(int op, const Strided& out, const Strided& a, double sc, bool scalar_first, int* error_flag,
+                  int error_code, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  with_op<ew::Binary, BRRR_BINARY_OPS>(static_cast<ew::Binary>(op), [&]<ew::Binary OP>() {
+    dispatch(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (ew::is_comparison(OP))
+        launch1<std::uint8_t, T>(out, a, BinaryScalarF<OP, T, std::uint8_t>{scalar_as<T>(sc), scalar_first, error_flag, error_code}, s);
       else
-        launch1<T, T>(out, a, BinaryScalarF<OP, T, T>{scalar_as<T>(sc), scalar_first}, s);
+        launch1<T, T>(out, a, BinaryScalarF<OP, T, T>{scalar_as<T>(sc), scalar_first, error_flag, error_code}, s);
     });
   });
   return static_cast<int>(cudaGetLastError());

@@ -1,6 +1,8 @@
 // CudaBackend's elementwise members: check the launch status of ops/cuda/elementwise.cu.
+// Integer rounding divisions pass the deferred device error flag for zero divisors.
 module;
 #include "cuda/check.hpp"
+#include "cuda/device_error_codes.hpp"
 #include "ops/cuda/kernels.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -8,6 +10,28 @@ import brrr.tensor;
 namespace brrr::backend {
 
 kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
+int* device_error_flag(int device);          // cuda/device_errors.cpp
+
+namespace {
+
+// The deferred error flag and code for integer rounding divisions (zero divisors); none for
+// anything else, so that other ops never create the flag.
+struct DivisionReport {
+  int* flag = nullptr;
+  int code = 0;
+};
+DivisionReport division_report(BinaryOp op, const Operand& out) {
+  if (is_floating_point(out.dtype)) return {};
+  switch (op) {
+    case BinaryOp::floor_divide: return {device_error_flag(out.device), index_errors::floor_divide};
+    case BinaryOp::trunc_divide: return {device_error_flag(out.device), index_errors::trunc_divide};
+    case BinaryOp::remainder: return {device_error_flag(out.device), index_errors::remainder};
+    case BinaryOp::fmod: return {device_error_flag(out.device), index_errors::fmod};
+    default: return {};
+  }
+}
+
+}  // namespace
 
 void CudaBackend::unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) {
   DeviceGuard g(out.device);
@@ -17,14 +41,16 @@ void CudaBackend::unary(UnaryOp op, const Operand& out, const Operand& in, doubl
 
 void CudaBackend::binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::binary(static_cast<int>(op), strided(out), strided(a), strided(b),
+  DivisionReport r = division_report(op, out);
+  BRRR_CUDA_CHECK(kernels::binary(static_cast<int>(op), strided(out), strided(a), strided(b), r.flag, r.code,
                                   current_stream(out.device)->handle));
 }
 
 void CudaBackend::binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::binary_scalar(static_cast<int>(op), strided(out), strided(a), s, scalar_first,
-                                         current_stream(out.device)->handle));
+  DivisionReport r = division_report(op, out);
+  BRRR_CUDA_CHECK(kernels::binary_scalar(static_cast<int>(op), strided(out), strided(a), s, scalar_first, r.flag,
+                                         r.code, current_stream(out.device)->handle));
 }
 
 void CudaBackend::where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) {

@@ -11,17 +11,9 @@ module;
 
 #include "cuda/check.hpp"
 #include "ops/cuda/kernels.hpp"
+#include "cuda/device_error_codes.hpp"
 module brrr.backend;
 import brrr.tensor;
-
-extern "C++" {
-namespace brrr::index_errors {
-enum : int { none = 0, embedding = 1, gather = 2, scatter_add = 3, index_select = 4, one_hot = 5, nll_target = 6 };
-int exchange_current_op(int code) noexcept;
-int current_op(int fallback) noexcept;
-const char* op_name(int code) noexcept;
-}  // namespace brrr::index_errors
-}
 
 namespace brrr::backend {
 

@@ -36,8 +36,12 @@ int random_transform(const Strided& out, const std::uint32_t* words, int dist, s
 /// out and in share a shape; for binary, a and b are already broadcast to out's shape and
 /// share a dtype; comparisons write bool. lo/hi: clamp's bounds.
 int unary(int op, const Strided& out, const Strided& in, double lo, double hi, void* stream);
-int binary(int op, const Strided& out, const Strided& a, const Strided& b, void* stream);
-int binary_scalar(int op, const Strided& out, const Strided& a, double s, bool scalar_first, void* stream);
+/// error_flag/error_code: where integer rounding divisions report a zero divisor (the
+/// deferred device error; nullptr for other ops).
+int binary(int op, const Strided& out, const Strided& a, const Strided& b, int* error_flag, int error_code,
+           void* stream);
+int binary_scalar(int op, const Strided& out, const Strided& a, double s, bool scalar_first, int* error_flag,
+                  int error_code, void* stream);
 int where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b, void* stream);
 
 }  // namespace brrr::kernels
