@@ -476,7 +476,7 @@ inline Results var_std_random(Device dev, std::uint64_t seed) {
             }
         Tensor x = leaf(dt, xv, shape, dev);
         Tensor v = var(x, dims, correction);
-        const Tol t = dt == DType::f64 ? Tol{1e-11, 1e-12} : Tol{2e-5, 1e-6};
+        const Tol t = dt == DType::f64 ? Tol{1e-11, 1e-12} : Tol{5e-5, 5e-6};
         expect(v, want, t, "var");
         V want_std(outs);
         for (std::size_t o = 0; o < outs; ++o) want_std[o] = std::sqrt(want[o]);
@@ -709,6 +709,8 @@ inline Results where_nan(Device dev, std::uint64_t seed) {
     }
     const std::size_t n = 120;
     V xv = normal(rng, n, 2.0);
+    for (auto& v : xv)  // 1 / x must stay finite in f16
+      if (std::abs(v) < 0.05) v = std::copysign(0.05, v);
     for (std::size_t i = 0; i < n; i += 7) xv[i] = 0.0;
     xv = values(make(dt, xv, {static_cast<std::int64_t>(n)}));
     const Shape s{static_cast<std::int64_t>(n)};
@@ -1024,7 +1026,8 @@ inline void amsgrad_exact(Device dev) {
           opt->step();
           ref.step(rp, {g[s]});
           INFO("step ", s + 1);
-          expect(p, {want[static_cast<std::size_t>(s)]}, Tol{0, 5e-7}, "the issue's 6 decimals");
+          // The values are rounded to 6 decimals (5e-7); f32 adds a few ulps of 2.
+          expect(p, {want[static_cast<std::size_t>(s)]}, Tol{0, dt == DType::f64 ? 5e-7 : 1.5e-6}, "the issue's 6 decimals");
           expect(p, rp, dt == DType::f64 ? Tol{1e-14, 0} : Tol{1e-6, 0}, "the float64 reference");
         }
       }

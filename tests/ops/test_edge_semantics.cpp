@@ -126,10 +126,16 @@ TEST_CASE("kinks on random inputs: exact values at the kinks, central difference
   CHECK(autograd::gradcheck([](const In& v) { return clamp(v[0], 0.0, 6.0); }, {x}));
   CHECK(autograd::gradcheck([](const In& v) { return maximum(v[0], v[1]); }, {x, y}));
   CHECK(autograd::gradcheck([](const In& v) { return minimum(v[0], v[1]); }, {x, y}));
-  // Distinct values: no ties, so max/amax and max(dim) are differentiable there too.
-  CHECK(autograd::gradcheck([](const In& v) { return amax(v[0], {1}); }, {x}));
-  CHECK(autograd::gradcheck([](const In& v) { return max(v[0], 0).values; }, {x}));
-  CHECK(autograd::gradcheck([](const In& v) { return max(v[0]); }, {x}));
+  // Distinct values 0.5 apart (a shuffled ramp): no ties, so max/amax and max(dim) are
+  // differentiable there too.
+  V ramp = iota(30);
+  std::shuffle(ramp.begin(), ramp.end(), rng);
+  for (auto& v : ramp) v = 0.5 * v - 7.0;
+  Tensor z = Tensor::from_vector(ramp, {5, 6});
+  CHECK(autograd::gradcheck([](const In& v) { return amax(v[0], {1}); }, {z}));
+  CHECK(autograd::gradcheck([](const In& v) { return max(v[0], 0).values; }, {z}));
+  CHECK(autograd::gradcheck([](const In& v) { return min(v[0], 1).values; }, {z}));
+  CHECK(autograd::gradcheck([](const In& v) { return max(v[0]); }, {z}));
 }
 
 // --- 6. where() -------------------------------------------------------------------------------
