@@ -193,12 +193,16 @@ struct ValuesIndices {
 [[nodiscard]] Tensor argmin(const Tensor& x);
 [[nodiscard]] Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);
 [[nodiscard]] Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim = false);
-/// Variance sum((x - mean)^2) / (N - correction); correction 1 (unbiased, the default) or 0.
-/// N - correction <= 0 gives NaN. Floating dtypes only (Error(dtype)); bf16/f16 compute in
-/// f32. Composed of mean/sub/mul/sum/div, so its gradient (and std's) comes from theirs.
-[[nodiscard]] Tensor var(const Tensor& x, std::vector<std::int64_t> dims = {}, std::int64_t correction = 1,
+/// Variance sum((x - mean)^2) / max(0, N - correction) over `dims` (empty: all), N the
+/// number of elements reduced into each output. `correction` as PyTorch's: 1 (Bessel's,
+/// the default), 0, or any finite number (Error(value) otherwise). N - correction <= 0
+/// divides by 0: NaN where all reduced elements are equal (one element, say), inf otherwise.
+/// Floating dtypes only (Error(dtype)); bf16/f16 compute in f32. Gradient PyTorch's
+/// var_backward: 2 / (N - correction) * g * (x - mean); with N - correction <= 0 over all
+/// dims, g * (x == mean ? NaN : inf). std = sqrt(var), same arguments.
+[[nodiscard]] Tensor var(const Tensor& x, std::vector<std::int64_t> dims = {}, double correction = 1,
                          bool keepdim = false);
-[[nodiscard]] Tensor std(const Tensor& x, std::vector<std::int64_t> dims = {}, std::int64_t correction = 1,
+[[nodiscard]] Tensor std(const Tensor& x, std::vector<std::int64_t> dims = {}, double correction = 1,
                          bool keepdim = false);
 /// log(sum(exp(x))) computed stably: m = amax over dims (a constant for autograd; 0 where it
 /// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool

@@ -4,8 +4,9 @@
 // reduced dims dropped afterwards by a view). Backward: Tensor ops (so create_graph works):
 // sum expands the gradient back; mean divides it by N; max/min along a dim send it to the
 // returned index; full max/min and amax/amin share it evenly among ties (and among NaNs when
-// the result is NaN). var, std and logsumexp are compositions of the above with the
-// elementwise ops, so their backward rules come for free.
+// the result is NaN); var has its own node (PyTorch's var_backward, also at N <= correction).
+// std and logsumexp are compositions of the above with the elementwise ops, so their
+// backward rules come for free.
 module;
 #include <cmath>
 #include <cstdint>
@@ -149,6 +150,36 @@ private:
   std::string name_;
 };
 
+// var: PyTorch's var_backward. dof = N - correction. dof > 0: 2 / dof * g * (x - mean).
+// dof <= 0 over all dims: g * (x == mean ? NaN : inf). dof <= 0 over given dims: the same
+// formula with 2 / dof (inf for dof = 0, negative for dof < 0), as PyTorch computes it.
+class VarBackward final : public autograd::Node {
+public:
+  VarBackward(const Tensor& x, std::uint32_t mask, bool keepdim, double dof, bool all_dims)
+      : x_(x), mask_(mask), keepdim_(keepdim), dof_(dof), all_dims_(all_dims) {}
+  std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    if (!g[0].defined()) return {Tensor()};
+    Tensor x = x_.unpack(*this);
+    const std::int64_t nd = x.dim();
+    Tensor gk = unsqueeze_reduced(g[0], mask_, nd, keepdim_);
+    Tensor m = mean(x, dims_of(mask_, nd), true);
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    if (all_dims_ && dof_ <= 0)
+      return {mul(gk, where(eq(x, m), full_like(x, std::numeric_limits<double>::quiet_NaN()), inf))};
+    const double factor = dof_ == 0 ? inf : 2.0 / dof_;
+    return {mul(mul(gk, sub(x, m)), factor)};
+  }
+  std::string name() const override { return "VarBackward"; }
+  void release_saved() override { x_.reset(); }
+
+private:
+  autograd::SavedTensor x_;
+  std::uint32_t mask_;
+  bool keepdim_;
+  double dof_;
+  bool all_dims_;
+};
+
 class SumToSizeBackward final : public autograd::Node {
 public:
   explicit SumToSizeBackward(const Shape& in_shape) : in_shape_(in_shape) {}
@@ -289,21 +320,33 @@ Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
   return extreme_dim("argmin", ReduceOp::min, x, dim, keepdim).indices;
 }
 
-Tensor var(const Tensor& x, std::vector<std::int64_t> dims, std::int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
   require_defined("var", x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "var: expected a floating-point input, got " + describe(x));
+  if (!std::isfinite(correction))
+    throw Error(ErrorKind::value, "var: correction must be finite, got " + std::to_string(correction) +
+                                      " (input " + describe(x) + ")");
   std::uint32_t mask = dims_mask("var", dims, x.shape());
   if (x.dtype() == DType::bf16 || x.dtype() == DType::f16)  // in f32, rounded once (to() is differentiable)
     return var(x.to(DType::f32), std::move(dims), correction, keepdim).to(x.dtype());
   std::vector<std::int64_t> rdims = dims_of(mask, x.dim());
-  std::int64_t n = reduced_count(x.shape(), mask);
-  double divisor = n - correction > 0 ? static_cast<double>(n - correction) : std::numeric_limits<double>::quiet_NaN();
-  Tensor centered = sub(x, mean(x, rdims, true));
-  return div(sum(mul(centered, centered), rdims, keepdim), divisor);
+  const double dof = static_cast<double>(reduced_count(x.shape(), mask)) - correction;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    Tensor centered = sub(x, mean(x, rdims, true));
+    // PyTorch divides by max(0, dof): a zero divisor gives NaN for a zero sum of squares
+    // (one element, or all equal) and inf otherwise.
+    out = div(sum(mul(centered, centered), rdims, keepdim), dof > 0 ? dof : 0.0);
+  }
+  if (autograd::any_requires_grad({x}))
+    autograd::connect(std::make_shared<VarBackward>(x, mask, keepdim, dof, dims.empty() || x.dim() == 0), {x},
+                      {out});
+  return out;
 }
 
-Tensor std(const Tensor& x, std::vector<std::int64_t> dims, std::int64_t correction, bool keepdim) {
+Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
   require_defined("std", x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "std: expected a floating-point input, got " + describe(x));

@@ -128,11 +128,15 @@ public:
       case UnaryOp::erf: return {mul(g, mul(exp(neg(mul(x, x))), two_over_sqrt_pi))};  // 2/sqrt(pi) e^(-x^2)
       case UnaryOp::sign: return {zeros_like(g)};
       case UnaryOp::clamp: {
-        // 1 where min <= x <= max (bounds included, PyTorch), else 0
+        // 1 where min <= x <= max (bounds included), else 0: so 0 at NaN, and everywhere when
+        // min > max (PyTorch). A min of -inf (max of +inf, also an absent bound) holds for all
+        // x but NaN: its comparison is skipped, unless both are, so that NaN still gets 0.
         Tensor zero = zeros_like(g);
         Tensor r = g;
-        if (!std::isinf(p0_)) r = where(ge(x, p0_), r, zero);
-        if (!std::isinf(p1_)) r = where(le(x, p1_), r, zero);
+        const double inf = std::numeric_limits<double>::infinity();
+        const bool check_min = p0_ != -inf, check_max = p1_ != inf;
+        if (check_min || !check_max) r = where(ge(x, p0_), r, zero);
+        if (check_max) r = where(le(x, p1_), r, zero);
         return {r};
       }
     }

@@ -455,7 +455,7 @@ TEST_CASE("amax/amin over several dims, keepdim, layouts; zero-size reduced dims
 // var / std / logsumexp / sum_to_size
 // =========================================================================================
 
-TEST_CASE("var/std: corrections, dims, keepdim; N - correction <= 0 gives NaN") {
+TEST_CASE("var/std: corrections, dims, keepdim; N - correction <= 0 divides by 0 (NaN or inf)") {
   std::uint64_t seed = fresh_seed();
   INFO("seed ", seed);
   std::mt19937_64 rng(seed);
@@ -486,7 +486,7 @@ TEST_CASE("var/std: corrections, dims, keepdim; N - correction <= 0 gives NaN") 
           V want_var(ss.size()), want_std(ss.size());
           for (std::size_t k = 0; k < ss.size(); ++k) {
             double n = static_cast<double>(s.counts[k]) - static_cast<double>(correction);
-            want_var[k] = n > 0 ? ss[k] / n : nan_v;
+            want_var[k] = n > 0 ? ss[k] / n : (ss[k] == 0 ? nan_v : inf);
             want_std[k] = std::sqrt(want_var[k]);
           }
           Tensor v = var(t, dims, correction, keepdim);
@@ -502,7 +502,8 @@ TEST_CASE("var/std: corrections, dims, keepdim; N - correction <= 0 gives NaN") 
   }
   CHECK(std::isnan(var(full({1}, 2.0)).item<float>()));           // N = 1, correction 1
   CHECK(std::isnan(var(ones({2}), {}, 2).item<float>()));          // N - correction = 0
-  CHECK(std::isnan(var(Tensor::from_vector(std::vector<float>{1, 5}), {}, 3).item<float>()));
+  // N - correction < 0 divides by 0 (PyTorch's max(0, N - correction)): inf for unequal values.
+  CHECK(var(Tensor::from_vector(std::vector<float>{1, 5}), {}, 3).item<float>() == std::numeric_limits<float>::infinity());
   CHECK(var(Tensor::from_vector(std::vector<double>{1, 5}), {}, 1).item<double>() == 8.0);
   CHECK(var(Tensor::from_vector(std::vector<double>{1, 5}), {}, 0).item<double>() == 4.0);
   CHECK(brrr::std(Tensor::from_vector(std::vector<double>{1, 5}), {}, 0).item<double>() == 2.0);
