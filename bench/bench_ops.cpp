@@ -1,105 +1,203 @@
-// bench_ops: the core-op workloads of the side-by-side comparison (bench/compare.py runs
-// the same workloads in PyTorch eager in the same invocation):
-//   enqueue_add_1024[_autograd]  host time to enqueue one 1024-element f32 add (µs/op)
-//   add_256M_f32                 bandwidth of a + b over 2^28 f32, counting 3 tensors (GB/s)
-//   sum_256M_f32                 bandwidth of sum over 2^28 f32 (GB/s)
-//   gemm_8192_{fp32,tf32,bf16}   8192^3 matrix product (TFLOP/s)
-// Timing: warm-up, then CUDA events around each repeat; the median is reported. Prints one
-// JSON object (workload -> number) on the last line.
-#include <algorithm>
-#include <chrono>
+// bench_ops: brrr's side of the side-by-side comparison (bench/compare.sh runs the same
+// workloads in PyTorch eager, bench/torch_ops.py, and LibTorch C++, bench/libtorch_ops.cpp,
+// in one invocation). Every key names its unit; docs/benchmarks.md says what each measures.
+//   enqueue_add_1024[_autograd]_us   host time to enqueue one 1024-element f32 add
+//   alloc_free_1MiB_ns               host time of a cached 1 MiB device alloc + free pair
+//   add_256M_f32_GBps, sum_256M_f32_GBps, softmax_65536x4096_f32_GBps   bandwidth
+//   gemm_8192_{fp32,tf32,bf16}_TFLOPs                                   8192^3 matmul
+//   mlp_step_784_1024_1024_10_b256_sgd_ms   one SGD-momentum training step (TF32 off)
+//   mlp_step_peak_MiB                peak allocated during that step minus allocated before it
+//   fashion_mnist_mlp_epoch_ms       one epoch of the main job's MLP, AdamW, batch 128
+//   h2d_256MiB_{pinned,pageable}_GBps   host-to-device copy of 256 MiB
+// Timing: warm-up, then CUDA events around each repeat (host clock for the host-side
+// costs), median of the repeats. Prints a table, then one JSON object on the last line.
+//
+// usage: bench_ops [--data DIR]   Fashion-MNIST IDX files (.gz or plain); default
+//        $FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist. A missing directory
+//        skips that workload (reported on stderr); the others still run.
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
-import brrr;
+#include "common.hpp"
 
 using namespace brrr;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+using Results = std::map<std::string, double>;
+
+void host_costs(Device dev, Results& r) {
+  auto drain = [&] { cuda::synchronize(dev); };  // keep the launch queue short between batches
+  Tensor a = randn({1024}, {.device = dev}), b = randn({1024}, {.device = dev});
+  r["enqueue_add_1024_us"] = bench::host_ns_per_call(2000, 50, 200, [&] { Tensor c = a + b; }, drain).median_ns / 1e3;
+  Tensor ag = randn({1024}, {.device = dev, .requires_grad = true});
+  r["enqueue_add_1024_autograd_us"] =
+      bench::host_ns_per_call(2000, 50, 200, [&] { Tensor c = ag + b; }, drain).median_ns / 1e3;
+  // The first pair made the allocator's segment during the warm-up: from then on, pure cache.
+  const std::int64_t n_1mib = (1 << 20) / 4;
+  r["alloc_free_1MiB_ns"] =
+      bench::host_ns_per_call(10000, 100, 1000, [&] { Tensor t = empty({n_1mib}, {.device = dev}); }).median_ns;
 }
 
-// Median device milliseconds of `f` over `reps` runs (events on the current stream).
-double time_ms(Device dev, int warmup, int reps, const std::function<void()>& f) {
-  for (int i = 0; i < warmup; ++i) f();
+void bandwidth(Device dev, Results& r) {
+  {
+    const std::int64_t n = std::int64_t(1) << 28;
+    Tensor a = randn({n}, {.device = dev}), b = randn({n}, {.device = dev});
+    r["add_256M_f32_GBps"] = bench::gbps(3.0 * n * 4, bench::time_ms(dev, 3, 20, [&] { Tensor c = a + b; }));
+    r["sum_256M_f32_GBps"] = bench::gbps(1.0 * n * 4, bench::time_ms(dev, 3, 20, [&] { Tensor s = sum(a); }));
+  }
+  {
+    // One read of the input and one write of the output: the minimum traffic.
+    const std::int64_t rows = 65536, cols = 4096;
+    Tensor x = randn({rows, cols}, {.device = dev});
+    r["softmax_65536x4096_f32_GBps"] =
+        bench::gbps(2.0 * rows * cols * 4, bench::time_ms(dev, 3, 20, [&] { Tensor y = softmax(x, -1); }));
+  }
+}
+
+void gemm(Device dev, Results& r) {
+  const std::int64_t n = 8192;
+  Tensor a = randn({n, n}, {.device = dev}), b = randn({n, n}, {.device = dev});
+  const double tflop = 2.0 * n * n * n / 1e12;
+  auto tflops = [&](const Tensor& x, const Tensor& y) {
+    return tflop / (bench::time_ms(dev, 2, 10, [&] { Tensor c = matmul(x, y); }) * 1e-3);
+  };
+  set_allow_tf32(false);
+  r["gemm_8192_fp32_TFLOPs"] = tflops(a, b);
+  set_allow_tf32(true);
+  r["gemm_8192_tf32_TFLOPs"] = tflops(a, b);
+  set_allow_tf32(false);
+  r["gemm_8192_bf16_TFLOPs"] = tflops(a.to(DType::bf16), b.to(DType::bf16));
+}
+
+void mlp_step(Device dev, Results& r) {
+  set_allow_tf32(false);
+  bench::MlpStep step(dev);
+  r["mlp_step_784_1024_1024_10_b256_sgd_ms"] = bench::time_ms(dev, 10, 50, [&] { Tensor loss = step(); });
+  // Peak memory of one steady-state step (momentum buffers exist, the previous step's
+  // gradients are still held): the allocator's peak during the step minus what was allocated
+  // just before it, so tensors of other workloads and library workspaces do not count.
+  cuda::synchronize(dev);
+  const std::uint64_t before = cuda::memory_stats(dev).allocated_bytes;
+  cuda::reset_peak_memory_stats(dev);
+  Tensor loss = step();
+  cuda::synchronize(dev);
+  const std::uint64_t peak = cuda::memory_stats(dev).peak_allocated_bytes;
+  r["mlp_step_peak_MiB"] = static_cast<double>(peak - before) / (1 << 20);
+  std::printf("mlp step: loss after %d steps %.4f\n", 61, loss.item<float>());
+}
+
+// The epoch's shuffle, identical in all three programs: Fisher-Yates driven by splitmix64
+// (Steele et al. 2014) seeded with `seed`. Made on the host before the epoch's clock starts.
+std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
+  std::vector<std::int64_t> p(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) p[static_cast<std::size_t>(i)] = i;
+  std::uint64_t state = seed;
+  for (std::int64_t i = n - 1; i > 0; --i) {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(z % static_cast<std::uint64_t>(i + 1))]);
+  }
+  return p;
+}
+
+// One epoch of examples/fashion_mnist's MLP (784-512-256-10 with dropout 0.2) on the whole
+// training set resident on the GPU (f32 / 255, as brrr::data reads it): batches of 128
+// gathered by index_select through a per-epoch permutation (drop_last: 468 steps),
+// cross_entropy, AdamW lr 1e-3 (weight decay 0.01, the default). No normalisation, schedule
+// or label smoothing: the workload is the step loop, not the accuracy. One warm-up epoch,
+// then the median of 3 epochs timed with events (the host reads nothing inside an epoch).
+void fashion_mnist_epoch(Device dev, const std::string& dir, Results& r) {
+  auto train = data::fashion_mnist(dir, true);
+  Tensor images = train->columns()[0].to(dev), labels = train->columns()[1].to(dev);
+  const std::int64_t n = images.size(0), batch = 128, steps = n / batch;
+  manual_seed(0);
+  nn::Sequential model{nn::Flatten(),        nn::Linear(784, 512), nn::ReLU(), nn::Dropout(0.2),
+                       nn::Linear(512, 256), nn::ReLU(),           nn::Dropout(0.2), nn::Linear(256, 10)};
+  model.to(dev);
+  optim::AdamW opt(model.parameters(), {.lr = 1e-3, .weight_decay = 0.01});
   std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
+  Tensor loss;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    Tensor perm = Tensor::from_vector(permutation(n, static_cast<std::uint64_t>(epoch))).to(dev);
+    cuda::synchronize(dev);
     cuda::Event start, stop;
     start.record(dev);
-    f();
+    for (std::int64_t s = 0; s < steps; ++s) {
+      Tensor idx = perm.slice(0, s * batch, (s + 1) * batch);
+      loss = cross_entropy(model(index_select(images, 0, idx)), index_select(labels, 0, idx));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    }
     stop.record(dev);
     stop.synchronize();
-    ms.push_back(cuda::Event::elapsed_ms(start, stop));
+    if (epoch > 0) ms.push_back(cuda::Event::elapsed_ms(start, stop));
   }
-  return median(ms);
+  r["fashion_mnist_mlp_epoch_ms"] = bench::median(ms);
+  std::printf("fashion_mnist: %lld steps per epoch, last loss %.4f\n", static_cast<long long>(steps),
+              loss.item<float>());
 }
 
-// Host microseconds to enqueue one op, median of batches of `batch` ops.
-double enqueue_us(Device dev, const std::function<void()>& op) {
-  constexpr int batch = 200, batches = 50;
-  for (int i = 0; i < 2000; ++i) op();
-  cuda::synchronize(dev);
-  std::vector<double> us;
-  for (int b = 0; b < batches; ++b) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < batch; ++i) op();
-    auto t1 = std::chrono::steady_clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
-    cuda::synchronize(dev);  // keep the launch queue short between batches
-  }
-  return median(us);
+void h2d(Device dev, Results& r) {
+  const std::int64_t n = (256 << 20) / 4;
+  const double bytes = 256.0 * (1 << 20);
+  Tensor pinned = full({n}, 1.5, {.pinned = true}), pageable = full({n}, 2.5);
+  r["h2d_256MiB_pinned_GBps"] =
+      bench::gbps(bytes, bench::time_ms(dev, 1, 10, [&] { Tensor d = pinned.to(dev, {.non_blocking = true}); }));
+  r["h2d_256MiB_pageable_GBps"] = bench::gbps(bytes, bench::time_ms(dev, 1, 10, [&] { Tensor d = pageable.to(dev); }));
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string dir = std::getenv("FASHION_MNIST_DIR") ? std::getenv("FASHION_MNIST_DIR") : data::default_fashion_mnist_dir;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--data") == 0 && i + 1 < argc) {
+      dir = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bench_ops [--data DIR]\n");
+      return 2;
+    }
+  }
   if (!cuda::is_available()) {
     std::puts("bench_ops: no CUDA device; nothing to measure");
     return 0;
   }
   Device dev = Device::cuda(0);
   manual_seed(0);
-  std::map<std::string, double> r;
+  Results r;
+  int failed = 0;
+  // Each workload in its own scope (its tensors go back to the cache before the next); one
+  // that throws is reported and the others still run.
+  auto run = [&](const char* name, const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_ops: %s failed: %s\n", name, e.what());
+      ++failed;
+    }
+  };
+  run("host costs", [&] { host_costs(dev, r); });
+  run("bandwidth", [&] { bandwidth(dev, r); });
+  run("gemm", [&] { gemm(dev, r); });
+  run("mlp step", [&] { mlp_step(dev, r); });
+  if (std::filesystem::is_directory(dir))
+    run("fashion_mnist epoch", [&] { fashion_mnist_epoch(dev, dir, r); });
+  else
+    std::fprintf(stderr, "bench_ops: fashion_mnist epoch skipped: no directory %s (--data DIR)\n", dir.c_str());
+  run("h2d", [&] { h2d(dev, r); });
 
-  {
-    Tensor a = randn({1024}, {.device = dev}), b = randn({1024}, {.device = dev});
-    r["enqueue_add_1024_us"] = enqueue_us(dev, [&] { Tensor c = a + b; });
-    Tensor ag = randn({1024}, {.device = dev, .requires_grad = true});
-    r["enqueue_add_1024_autograd_us"] = enqueue_us(dev, [&] { Tensor c = ag + b; });
-  }
-  {
-    const std::int64_t n = std::int64_t(1) << 28;
-    Tensor a = randn({n}, {.device = dev}), b = randn({n}, {.device = dev});
-    double ms = time_ms(dev, 3, 20, [&] { Tensor c = a + b; });
-    r["add_256M_f32_GBps"] = 3.0 * n * 4 / (ms * 1e-3) / 1e9;
-    ms = time_ms(dev, 3, 20, [&] { Tensor s = sum(a); });
-    r["sum_256M_f32_GBps"] = 1.0 * n * 4 / (ms * 1e-3) / 1e9;
-  }
-  {
-    const std::int64_t n = 8192;
-    Tensor a = randn({n, n}, {.device = dev}), b = randn({n, n}, {.device = dev});
-    double flop = 2.0 * n * n * n;
-    set_allow_tf32(false);
-    r["gemm_8192_fp32_TFLOPs"] = flop / (time_ms(dev, 2, 10, [&] { Tensor c = matmul(a, b); }) * 1e-3) / 1e12;
-    set_allow_tf32(true);
-    r["gemm_8192_tf32_TFLOPs"] = flop / (time_ms(dev, 2, 10, [&] { Tensor c = matmul(a, b); }) * 1e-3) / 1e12;
-    set_allow_tf32(false);
-    Tensor ah = a.to(DType::bf16), bh = b.to(DType::bf16);
-    r["gemm_8192_bf16_TFLOPs"] = flop / (time_ms(dev, 2, 10, [&] { Tensor c = matmul(ah, bh); }) * 1e-3) / 1e12;
-  }
-
-  for (auto& [k, v] : r) std::printf("%-32s %10.3f\n", k.c_str(), v);
-  std::printf("{");
-  bool first = true;
-  for (auto& [k, v] : r) {
-    std::printf("%s\"%s\": %.4f", first ? "" : ", ", k.c_str(), v);
-    first = false;
-  }
-  std::printf("}\n");
-  return 0;
+  for (const auto& [k, v] : r) std::printf("%-40s %12.3f\n", k.c_str(), v);
+  bench::print_json(r);
+  return failed ? 1 : 0;
 }

@@ -5,7 +5,8 @@
 //   (b) host <-> device bandwidth of a 256 MiB tensor from pinned (non_blocking) and pageable
 //       host memory, measured with cuda::Event, and whether the host blocked (host time to
 //       return from the call vs the copy's event time).
-// Prints a human table, then one JSON object on the last line.
+// Prints a human table, then one JSON object on the last line. bench_ops measures the brrr
+// pair and the two H2D copies the same way, next to PyTorch and LibTorch (bench/compare.sh).
 //
 // usage: bench_runtime [--iters N]   (N alloc/free pairs, default 100000)
 #include <cuda_runtime.h>
@@ -19,7 +20,7 @@
 #include <functional>
 #include <string>
 #include <vector>
-import brrr;
+#include "common.hpp"
 
 using namespace brrr;
 
@@ -29,15 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 double ns_since(Clock::time_point t0) { return std::chrono::duration<double, std::nano>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  std::size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
-}
+using bench::median;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -46,22 +39,11 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-struct PairResult {
-  double median_ns = 0, p10_ns = 0, p90_ns = 0;
-  long pairs = 0;
-};
+using PairResult = bench::HostTiming;
 
-// Runs `pair` `iters` times in batches of `batch`; the per-pair time of each batch is one
-// sample (timing each pair alone would add the clock's own ~20-40 ns to every sample).
+// Runs `pair` `iters` times in batches of `batch` after a warm-up (bench::host_ns_per_call).
 PairResult time_pairs(long iters, long batch, const std::function<void()>& pair) {
-  for (long i = 0; i < std::min<long>(iters / 10 + 1, 10000); ++i) pair();  // warm-up
-  std::vector<double> samples;
-  for (long done = 0; done < iters; done += batch) {
-    auto t0 = Clock::now();
-    for (long i = 0; i < batch; ++i) pair();
-    samples.push_back(ns_since(t0) / static_cast<double>(batch));
-  }
-  return {median(samples), quantile(samples, 0.1), quantile(samples, 0.9), static_cast<long>(samples.size()) * batch};
+  return bench::host_ns_per_call(std::min<long>(iters / 10 + 1, 10000), iters / batch, batch, pair);
 }
 
 struct CopyResult {
@@ -206,7 +188,7 @@ int main(int argc, char** argv) {
   std::printf("{\"gpu\": \"%s\", \"cuda_driver_api\": %d, \"cuda_runtime\": %d, \"alloc_pair_ns\": {\"brrr_median\": %.1f, "
               "\"brrr_p10\": %.1f, \"brrr_p90\": %.1f, \"pairs\": %ld, \"cuda_malloc_calls\": %llu, "
               "\"cudaMallocAsync_median\": %.1f, \"cudaMalloc_median\": %.1f, \"cpu_empty_median\": %.1f}, \"copies_256MiB\": [",
-              prop.name, driver, runtime, brrr_pair.median_ns, brrr_pair.p10_ns, brrr_pair.p90_ns, brrr_pair.pairs,
+              prop.name, driver, runtime, brrr_pair.median_ns, brrr_pair.p10_ns, brrr_pair.p90_ns, brrr_pair.calls,
               static_cast<unsigned long long>(mallocs_during), async_pair.median_ns, malloc_pair.median_ns,
               cpu_pair.median_ns);
   for (std::size_t i = 0; i < copies.size(); ++i) {

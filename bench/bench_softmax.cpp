@@ -7,43 +7,16 @@
 // GB/s count one read of the input and one write of the output (the minimum traffic).
 // Timing: 3 warm-up runs, then CUDA events around each of 20 runs; the median is reported.
 // Prints a table, then one JSON object (workload -> number) on the last line. PyTorch's
-// counterpart: torch.softmax(x, -1) on x = torch.randn(65536, 4096, device="cuda").
-#include <algorithm>
+// counterpart: torch.softmax(x, -1) on x = torch.randn(65536, 4096, device="cuda"); the
+// f32 65536x4096 case is also in bench_ops, next to PyTorch and LibTorch.
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <string>
-#include <vector>
-import brrr;
+#include "common.hpp"
 
 using namespace brrr;
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// Median device milliseconds of `f` over `reps` runs (events on the current stream).
-double time_ms(Device dev, int warmup, int reps, const std::function<void()>& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    cuda::Event start, stop;
-    start.record(dev);
-    f();
-    stop.record(dev);
-    stop.synchronize();
-    ms.push_back(cuda::Event::elapsed_ms(start, stop));
-  }
-  return median(ms);
-}
-
-double gbps(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
-
-}  // namespace
+using bench::gbps, bench::time_ms;
 
 int main() {
   if (!cuda::is_available()) {
@@ -74,12 +47,6 @@ int main() {
   }
 
   for (auto& [k, v] : r) std::printf("%-36s %10.1f\n", k.c_str(), v);
-  std::printf("{");
-  bool first = true;
-  for (auto& [k, v] : r) {
-    std::printf("%s\"%s\": %.1f", first ? "" : ", ", k.c_str(), v);
-    first = false;
-  }
-  std::printf("}\n");
+  bench::print_json(r, 1);
   return 0;
 }
