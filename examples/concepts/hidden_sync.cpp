@@ -8,6 +8,10 @@
 //
 // What to look for: cuda::sync_count() grows by one per step in the first loop and by one
 // in total in the second, and the second loop's wall time is lower. Same numbers in both.
+// The step is sized so that the GPU's time per step (~0.1 ms) is close to the host's time to
+// enqueue it: then the per-step wait costs the most, since host and GPU take turns instead
+// of overlapping (wall ~ host + GPU per step instead of max(host, GPU)). With a tiny step
+// the GPU is idle anyway and the sync costs little; with a huge one the host is idle anyway.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -49,8 +53,9 @@ int main() {
   if (!cuda::is_available()) {
     std::printf(
         "concept_hidden_sync: no CUDA device here, so nothing to measure.\n"
-        "On a GPU it runs %d small training steps (256x256 matmul, relu, mse_loss, backward,\n"
-        "SGD) twice and prints:\n"
+        "On a GPU it runs %d training steps ([512, 1024] x [1024, 1024] matmul, relu, mse_loss,\n"
+        "backward,"
+        " SGD) twice and prints:\n"
         "  item() every step          host syncs %d, wall time T1\n"
         "  running loss on the device host syncs 1,   wall time T2 < T1\n"
         "RESULT: n/a (no CUDA device)\n",
@@ -59,9 +64,9 @@ int main() {
   }
   Device dev = Device::cuda(0);
   manual_seed(0);
-  Tensor x = randn({256, 256}, {.device = dev});
-  Tensor y = randn({256, 256}, {.device = dev});
-  Tensor w0 = randn({256, 256}, {.device = dev}) * 0.05;
+  Tensor x = randn({512, 1024}, {.device = dev});
+  Tensor y = randn({512, 1024}, {.device = dev});
+  Tensor w0 = randn({1024, 1024}, {.device = dev}) * 0.03;
   for (int i = 0; i < 5; ++i) (void)step(w0.clone().requires_grad_(), x, y);  // warm-up
 
   Run every_step = measure(dev, [&] {

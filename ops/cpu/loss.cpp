@@ -76,6 +76,7 @@ void CpuBackend::cross_entropy_backward(const Operand& grad_logits, const Operan
                                         const Operand& target, const Operand& grad, bool per_row,
                                         const Operand* count, std::int64_t ignore_index, double label_smoothing) {
   const std::int64_t rows = target.numel, cols = rows == 0 ? 0 : logits.numel / rows;
+  if (rows == 0 || cols == 0) return;  // nothing to write (and no grad[0] to read)
   dispatch_logits("cross_entropy backward", logits.dtype, [&]<class T>(T*) {
     using A = loss_acc_t<T>;
     const auto* x = static_cast<const storage_t<T>*>(logits.data);
