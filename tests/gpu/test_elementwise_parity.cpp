@@ -461,8 +461,13 @@ TEST_CASE("gpu elementwise: backward parity for every differentiable op") {
         REQUIRE(bg.grad().defined());
         CHECK(ag.grad().shape() == p.a);
         CHECK(bg.grad().shape() == p.b);
-        check_parity(ag.grad(), ac.grad(), what + " d/da", o);
-        check_parity(bg.grad(), bc.grad(), what + " d/db", o);
+        // pow's d/db = a^b log(a) sums terms up to ~|a|^|b| over broadcast dims: a 1-ulp
+        // difference between CUDA's and the CPU's powf grows with the exponent (seen: 1.1e-5
+        // relative at 461 after a 65-term sum), so f32 gets a wider relative tolerance there.
+        testing::CloseOptions ob = o;
+        if (c.name == "pow" && dtype == DType::f32) ob.rtol = 5e-5;
+        check_parity(ag.grad(), ac.grad(), what + " d/da", ob);
+        check_parity(bg.grad(), bc.grad(), what + " d/db", ob);
       }
     }
   }
