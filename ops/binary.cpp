@@ -126,8 +126,11 @@ class AddBackward final : public autograd::Node, Inputs {
 public:
   AddBackward(const Tensor& a, const Tensor& b, double alpha) : Inputs(a, b), alpha_(alpha) {}
   std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor gb = alpha_ == 1 ? g[0] : (alpha_ == -1 ? neg(g[0]) : mul(g[0], alpha_));
-    return {reduce_grad(g[0], a_shape, a_dtype), reduce_grad(gb, b_shape, b_dtype)};
+    Tensor ga, gb;
+    if (next_edges[0].defined()) ga = reduce_grad(g[0], a_shape, a_dtype);
+    if (next_edges[1].defined())
+      gb = reduce_grad(alpha_ == 1 ? g[0] : (alpha_ == -1 ? neg(g[0]) : mul(g[0], alpha_)), b_shape, b_dtype);
+    return {ga, gb};
   }
   std::string name() const override { return alpha_ == 1 ? "AddBackward" : "SubBackward"; }
 
@@ -203,14 +206,15 @@ class ExtremumBackward final : public autograd::Node, Inputs {
 public:
   ExtremumBackward(const Tensor& a, const Tensor& b, bool is_max) : Inputs(a, b), a_(a), b_(b), is_max_(is_max) {}
   std::vector<Tensor> apply(std::vector<Tensor> g) override {
+    // PyTorch's rule (derivatives.yaml): each input gets g, or g / 2 on a tie, or 0 where it
+    // strictly loses; at a NaN nobody strictly loses, so both get the whole gradient.
     Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor wins = is_max_ ? gt(a, b) : lt(a, b);
     Tensor tie = eq(a, b);
-    Tensor half_g = mul(g[0], 0.5);
-    Tensor zero = zeros_like(g[0]);
-    Tensor ga = where(wins, g[0], where(tie, half_g, zero));
-    Tensor gb = where(wins, zero, where(tie, half_g, g[0]));
-    return {reduce_grad(ga, a_shape, a_dtype), reduce_grad(gb, b_shape, b_dtype)};
+    Tensor split = where(tie, mul(g[0], 0.5), g[0]);
+    Tensor zero = zeros_like(split), ga, gb;
+    if (next_edges[0].defined()) ga = reduce_grad(where(is_max_ ? lt(a, b) : gt(a, b), zero, split), a_shape, a_dtype);
+    if (next_edges[1].defined()) gb = reduce_grad(where(is_max_ ? gt(a, b) : lt(a, b), zero, split), b_shape, b_dtype);
+    return {ga, gb};
   }
   std::string name() const override { return is_max_ ? "MaximumBackward" : "MinimumBackward"; }
   void release_saved() override { a_.reset(), b_.reset(); }

@@ -1138,6 +1138,14 @@ TEST_CASE("kinks as PyTorch: relu'(0)=0, abs'(0)=0, ties split, clamp bounds inc
     expect_values(a.grad(), is_max ? V{0.5, 0, 1} : V{0.5, 1, 0}, {}, is_max ? "maximum a" : "minimum a");
     expect_values(b.grad(), is_max ? V{0.5, 1, 0} : V{0.5, 0, 1}, {}, is_max ? "maximum b" : "minimum b");
   }
+  // A NaN operand: nobody strictly loses, so both inputs get the whole gradient (PyTorch).
+  for (bool is_max : {true, false}) {
+    Tensor a = Tensor::from_vector(V{kNaN, 1.0, kNaN}).requires_grad_();
+    Tensor b = Tensor::from_vector(V{2.0, kNaN, kNaN}).requires_grad_();
+    (is_max ? maximum(a, b) : minimum(a, b)).sum().backward();
+    expect_values(a.grad(), V{1, 1, 1}, {}, is_max ? "maximum NaN a" : "minimum NaN a");
+    expect_values(b.grad(), V{1, 1, 1}, {}, is_max ? "maximum NaN b" : "minimum NaN b");
+  }
   // maximum(x, x): both halves reach x
   Tensor m = randn({4}, {.dtype = DType::f64, .requires_grad = true});
   maximum(m, m).sum().backward();
