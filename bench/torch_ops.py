@@ -111,6 +111,8 @@ def make_mlp_step(dev):
 
 def mlp_step(dev, r):
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()  # before the MLP's tensors
     step = make_mlp_step(dev)
     r["mlp_step_784_1024_1024_10_b256_sgd_ms"] = time_ms(step, 10, 50)
     # Peak during one steady-state step minus what was allocated just before it (as bench_ops).
@@ -120,6 +122,7 @@ def mlp_step(dev, r):
     loss = step()
     torch.cuda.synchronize()
     r["mlp_step_peak_MiB"] = (torch.cuda.max_memory_allocated() - before) / 2 ** 20
+    r["mlp_step_total_MiB"] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
     print(f"mlp step: loss after 61 steps {loss.item():.4f}")
 
 
