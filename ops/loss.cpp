@@ -1,6 +1,6 @@
 // Losses: cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits, with
 // PyTorch's semantics (torch.nn.functional, 2.x). cross_entropy is fused: one backend kernel
-// computes each row's log-sum-exp, loss and weight, one more its gradient (ops/cpu/loss.cpp,
+// computes each row's log-sum-exp, loss and weight, one more its gradient (ops/cpu/rows.cpp,
 // ops/cuda/cross_entropy.cu). nll_loss picks log p[i, target_i] with a one-hot mask built on the device
 // (eq(class ids, target)) and where(); the pick is differentiable Tensor ops, needs no
 // gather, and an ignored or (on CUDA) out-of-range target simply matches no class.

@@ -88,9 +88,19 @@ __global__ void ce_backward(T* __restrict__ grad, const T* __restrict__ logits, 
   }
 }
 
-template <class F> void with_target(bool i64, F&& f) {
-  if (i64) f(std::int64_t{});
-  else f(std::int32_t{});
+// Calls f(T{}, I{}) for floating logits T and target index type I (i64 or i32); returns
+// false (and calls nothing) for other logit dtypes.
+template <class F> bool with_logits_and_target(ScalarType dtype, bool target_i64, F&& f) {
+  bool ok = false;
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || is_half_like<T>) {
+      ok = true;
+      if (target_i64) f(T{}, std::int64_t{});
+      else f(T{}, std::int32_t{});
+    }
+  });
+  return ok;
 }
 
 }  // namespace
@@ -100,28 +110,22 @@ int cross_entropy_forward(void* out, void* lse, const void* logits, ScalarType d
                           double label_smoothing, int* error_flag, int error_code, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (rows == 0) return 0;
-  bool ok = false;
-  dispatch(dtype, [&](auto tag) {
+  const bool ok = with_logits_and_target(dtype, target_i64, [&](auto tag, auto itag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || is_half_like<T>) {
-      using A = racc_t<T>;
-      ok = true;
-      with_target(target_i64, [&](auto itag) {
-        using I = decltype(itag);
-        auto* o = static_cast<A*>(out);
-        auto* l = static_cast<A*>(lse);
-        const auto* x = static_cast<const T*>(logits);
-        const A eps = static_cast<A>(label_smoothing);
-        if (cols <= 1024) {
-          const std::int64_t blocks = std::min<std::int64_t>((rows + 3) / 4, 65535);
-          ce_forward<T, I, true><<<blocks, 128, 0, st>>>(o, l, x, target, rows, cols, ignore_index, eps, error_flag,
-                                                         error_code);
-        } else {
-          const std::int64_t blocks = std::min<std::int64_t>(rows, 65535);
-          ce_forward<T, I, false><<<blocks, 256, 0, st>>>(o, l, x, target, rows, cols, ignore_index, eps, error_flag,
-                                                          error_code);
-        }
-      });
+    using I = decltype(itag);
+    using A = racc_t<T>;
+    auto* o = static_cast<A*>(out);
+    auto* l = static_cast<A*>(lse);
+    const auto* x = static_cast<const T*>(logits);
+    const A eps = static_cast<A>(label_smoothing);
+    if (cols <= 1024) {  // a warp per row, 4 rows per block
+      const std::int64_t blocks = std::min<std::int64_t>((rows + 3) / 4, 65535);
+      ce_forward<T, I, true><<<blocks, 128, 0, st>>>(o, l, x, target, rows, cols, ignore_index, eps, error_flag,
+                                                     error_code);
+    } else {  // a block per row
+      const std::int64_t blocks = std::min<std::int64_t>(rows, 65535);
+      ce_forward<T, I, false><<<blocks, 256, 0, st>>>(o, l, x, target, rows, cols, ignore_index, eps, error_flag,
+                                                      error_code);
     }
   });
   return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
@@ -133,20 +137,14 @@ int cross_entropy_backward(void* grad_logits, const void* logits, const void* ls
                            void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (rows == 0 || cols == 0) return 0;
-  bool ok = false;
-  dispatch(dtype, [&](auto tag) {
+  const bool ok = with_logits_and_target(dtype, target_i64, [&](auto tag, auto itag) {
     using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || is_half_like<T>) {
-      using A = racc_t<T>;
-      ok = true;
-      with_target(target_i64, [&](auto itag) {
-        using I = decltype(itag);
-        ce_backward<T, I><<<blocks_for(rows * cols), 256, 0, st>>>(
-            static_cast<T*>(grad_logits), static_cast<const T*>(logits), static_cast<const A*>(lse), target,
-            static_cast<const A*>(grad), per_row, static_cast<const A*>(count), rows, cols, ignore_index,
-            static_cast<A>(label_smoothing));
-      });
-    }
+    using I = decltype(itag);
+    using A = racc_t<T>;
+    ce_backward<T, I><<<blocks_for(rows * cols), 256, 0, st>>>(
+        static_cast<T*>(grad_logits), static_cast<const T*>(logits), static_cast<const A*>(lse), target,
+        static_cast<const A*>(grad), per_row, static_cast<const A*>(count), rows, cols, ignore_index,
+        static_cast<A>(label_smoothing));
   });
   return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
 }
