@@ -386,8 +386,6 @@ bool nvtx_enabled();
 // Not exported: helpers shared by the op families' implementation units.
 namespace brrr::ops_detail {
 
-/// "[2, 3] f32 on cuda:0".
-std::string describe(const Tensor& t);
 /// Throws Error(device) unless all defined tensors are on one device; returns it.
 Device common_device(const char* op, std::initializer_list<Tensor> tensors);
 /// Throws Error(value) for an undefined tensor.

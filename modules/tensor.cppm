@@ -377,6 +377,10 @@ private:
   std::shared_ptr<Impl> impl_;
 };
 
+/// "[2, 3] f32 on cuda:0" ("undefined" for an undefined tensor): how error messages name a
+/// tensor.
+std::string describe(const Tensor& t);
+
 /// Prints like PyTorch: values (summarised past 1000 elements), then shape, dtype, device.
 /// Reads CUDA tensors back (a sync point).
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);

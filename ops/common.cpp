@@ -11,9 +11,6 @@ namespace brrr {
 
 namespace ops_detail {
 
-std::string describe(const Tensor& t) {
-  return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
-}
 
 void require_defined(const char* op, const Tensor& t, const char* name) {
   if (!t.defined()) throw Error(ErrorKind::value, std::string(op) + ": " + name + " is an undefined tensor");

@@ -21,10 +21,6 @@ namespace brrr::optim {
 
 namespace {
 
-std::string describe(const Tensor& t) {
-  return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
-}
-
 std::string num(double v) {
   std::string s = std::to_string(v);
   // trim trailing zeros of "%f" ("0.100000" -> "0.1")

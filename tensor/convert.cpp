@@ -12,10 +12,6 @@ namespace brrr {
 
 namespace {
 
-std::string describe(const Tensor& t) {
-  return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
-}
-
 // Contiguous, same-dtype tensors on both sides: bytes move by one memcpy.
 void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
   std::size_t bytes = dst.nbytes();

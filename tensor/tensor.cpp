@@ -11,11 +11,10 @@ import brrr.backend;
 
 namespace brrr {
 
-namespace {
 std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
   return to_string(t.shape()) + " " + to_string(t.dtype()) + " on " + t.device().str();
 }
-}  // namespace
 
 Tensor::Tensor(Storage storage, Layout layout, DType dtype) {
   if (!storage.defined()) throw Error(ErrorKind::value, "Tensor: undefined storage");
