@@ -72,7 +72,7 @@ enum class UnaryOp : std::uint8_t {
 };
 /// Elementwise functions of two operands. eq..ge write bool. The rounding divisions
 /// (floor_divide..fmod) on integers report a zero divisor: Error(value) on the CPU, the
-/// deferred device error on CUDA. relu_backward(grad, x) = x > 0 ? grad : 0.
+/// deferred device error on CUDA. relu_backward(grad, x) = x <= 0 ? 0 : grad.
 enum class BinaryOp : std::uint8_t {
   add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
   floor_divide, trunc_divide, remainder, fmod, relu_backward

@@ -77,8 +77,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadca
 [[nodiscard]] Tensor remainder(Scalar a, const Tensor& b);
 [[nodiscard]] Tensor fmod(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor fmod(const Tensor& a, Scalar b);
-/// relu's gradient in one kernel: x > 0 ? grad : 0 (0 at the kink and at NaN), broadcast and
-/// promoted like any binary op. Not itself recorded (used inside backward passes).
+/// relu's gradient in one kernel: x <= 0 ? 0 : grad (0 at the kink; at NaN the gradient
+/// passes, as PyTorch's threshold_backward), broadcast and promoted like any binary op. Not
+/// itself recorded (used inside backward passes).
 [[nodiscard]] Tensor relu_backward(const Tensor& grad, const Tensor& x);
 /// a^b elementwise (floating dtypes; integer bases with integer exponents stay integer).
 [[nodiscard]] Tensor pow(const Tensor& a, const Tensor& b);
@@ -272,8 +273,9 @@ struct CrossEntropyOptions {
 /// [N, d...]) and class indices (i64/i32): log_softmax over dim 1 then negative log
 /// likelihood. mean over non-ignored targets; all ignored gives NaN for mean (gradient 0), 0
 /// for sum. Error(dtype) for other target dtypes, Error(shape) for a target shape mismatch,
-/// Error(index) on the CPU for a target outside [0, C); CUDA does not check target ranges yet
-/// (docs/semantics.md, "Softmax and losses").
+/// Error(index) for a target outside [0, C) that is not ignore_index: at the call on the CPU,
+/// at the next sync point on CUDA (a deferred device error; docs/semantics.md, "Softmax and
+/// losses"). Fused: one kernel forward, one backward.
 [[nodiscard]] Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 /// Negative log likelihood of log-probabilities [N, C] at class indices [N]; same options as
 /// cross_entropy (label_smoothing must be 0).
@@ -386,6 +388,8 @@ bool nvtx_enabled();
 // Not exported: helpers shared by the op families' implementation units.
 namespace brrr::ops_detail {
 
+/// A number for an error message: "%g" (0.1, -1e-09, inf, nan), never "-0.000000".
+std::string number_text(double v);
 /// Throws Error(device) unless all defined tensors are on one device; returns it.
 Device common_device(const char* op, std::initializer_list<Tensor> tensors);
 /// Throws Error(value) for an undefined tensor.

@@ -100,8 +100,8 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar
   if (is_rounding_division(op)) {
     if (compute == DType::boolean) bool_division(op);
     // A known zero divisor needs no kernel to find it (tensor // 0 on integers).
-    if (!scalar_first && !is_floating_point(compute) && static_cast<std::int64_t>(s.value) == 0)
-      throw Error(ErrorKind::value, std::string(name) + ": integer division by zero");
+    if (!scalar_first && !is_floating_point(compute) && s.value == 0)
+      throw Error(ErrorKind::value, std::string(name) + ": integer division by zero (" + describe(a) + " by 0)");
   }
   NoGradGuard no_grad;
   Tensor ca = a.dtype() == compute ? a : a.to(compute);

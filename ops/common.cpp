@@ -1,5 +1,6 @@
 // Helpers shared by the op families: device checks, dims, shapes, promotion, broadcasting.
 module;
+#include <cstdio>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -11,6 +12,12 @@ namespace brrr {
 
 namespace ops_detail {
 
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 void require_defined(const char* op, const Tensor& t, const char* name) {
   if (!t.defined()) throw Error(ErrorKind::value, std::string(op) + ": " + name + " is an undefined tensor");

@@ -16,7 +16,7 @@ enum class Unary : std::uint8_t {
 enum class Binary : std::uint8_t {
   add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
   floor_divide, trunc_divide, remainder, fmod,  // rounding divisions (integers stay integers)
-  relu_backward                                  // (grad, x) -> x > 0 ? grad : 0
+  relu_backward                                  // (grad, x) -> x <= 0 ? 0 : grad
 };
 
 /// The rounding divisions: on integers a zero divisor is an error the kernels report.
@@ -126,7 +126,7 @@ template <Binary OP, class A> BRRR_HD A binary(A a, A b) {
   } else if constexpr (is_integer_division(OP)) {
     return rounding_division<OP>(a, b);
   } else if constexpr (OP == Binary::relu_backward) {
-    return b > A(0) ? a : A(0);  // 0 at the kink and at NaN, as PyTorch's threshold_backward
+    return b <= A(0) ? A(0) : a;  // 0 at the kink; NaN passes the gradient (threshold_backward)
   } else if constexpr (OP == Binary::maximum) {
     if constexpr (std::is_floating_point_v<A>)
       if (a != a || b != b) return a + b;  // NaN propagates

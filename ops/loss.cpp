@@ -68,7 +68,7 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
                                       to_string(want) + ")");
   if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
     throw Error(ErrorKind::value, std::string(name) + ": label_smoothing must be in [0, 1], got " +
-                                      std::to_string(o.label_smoothing));
+                                      number_text(o.label_smoothing));
   const std::int64_t classes = input.dim() == 1 ? input.shape()[0] : input.shape()[1];
   if (target.device().is_cpu()) {
     // CPU tensors are host memory: reading them costs no sync.
@@ -213,8 +213,11 @@ public:
       const double e = options_.label_smoothing;
       Tensor onehot = eq(arange(classes, {.dtype = t.dtype(), .device = x.device()}).view({1, classes}), t.view({rows, 1}));
       Tensor d = sub(sub(softmax(x, 1), mul(onehot.to(x.dtype()), 1.0 - e)), e / static_cast<double>(classes));
-      Tensor scale = per_row ? g.view({rows, 1}) : (count.defined() ? div(g, count) : g);
-      return {where(ne(t, Scalar(options_.ignore_index)).view({rows, 1}), mul(d, scale), 0.0)};
+      // count clamped to 1: with every target ignored, g / 0 = inf would turn the masked rows'
+      // second derivative into 0 * inf = NaN (mask the input, not the output).
+      Tensor scale = per_row ? g.view({rows, 1}) : (count.defined() ? div(g, clamp_min(count, 1.0)) : g);
+      Tensor gx = where(ne(t, Scalar(options_.ignore_index)).view({rows, 1}), mul(d, scale), 0.0);
+      return {as_dtype(gx, x.dtype())};  // count is f32: keep bf16/f16 gradients in their dtype
     }
     Tensor ga = as_dtype(g, lse.dtype()).contiguous();
     Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
@@ -241,7 +244,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptio
   OpRange range("nll_loss");
   if (options.label_smoothing != 0)
     throw Error(ErrorKind::value, "nll_loss: label_smoothing must be 0 (it is an option of cross_entropy), got " +
-                                      std::to_string(options.label_smoothing));
+                                      number_text(options.label_smoothing));
   check_targets("nll_loss", log_probs, target, options);
   return nll_forward(log_probs, target, options);
 }

@@ -325,7 +325,7 @@ Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "var: expected a floating-point input, got " + describe(x));
   if (!std::isfinite(correction))
-    throw Error(ErrorKind::value, "var: correction must be finite, got " + std::to_string(correction) +
+    throw Error(ErrorKind::value, "var: correction must be finite, got " + number_text(correction) +
                                       " (input " + describe(x) + ")");
   std::uint32_t mask = dims_mask("var", dims, x.shape());
   if (x.dtype() == DType::bf16 || x.dtype() == DType::f16)  // in f32, rounded once (to() is differentiable)
@@ -350,7 +350,11 @@ Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
   require_defined("std", x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "std: expected a floating-point input, got " + describe(x));
-  return sqrt(var(x, std::move(dims), correction, keepdim));
+  // Where the variance is 0 the gradient is 0 (PyTorch's std_backward), not 0 * 1/(2*0) = NaN:
+  // the sqrt sees 1 there (mask the input) and the result is put back to 0.
+  Tensor v = var(x, std::move(dims), correction, keepdim);
+  Tensor zero = eq(v, 0.0);
+  return where(zero, zeros_like(v), sqrt(where(zero, ones_like(v), v)));
 }
 
 Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {

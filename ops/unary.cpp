@@ -101,8 +101,8 @@ public:
         Tensor y = out();
         return {mul(g, mul(y, sub(1.0, y)))};
       }
-      case UnaryOp::relu:  // 0 at 0, as PyTorch; one kernel, or recorded ops under create_graph
-        return {autograd::is_grad_enabled() ? where(gt(x, 0.0), g, zeros_like(g)) : relu_backward(g, x)};
+      case UnaryOp::relu:  // 0 at 0, g at NaN (PyTorch); one kernel, or recorded ops under create_graph
+        return {autograd::is_grad_enabled() ? where(le(x, 0.0), zeros_like(g), g) : relu_backward(g, x)};
       case UnaryOp::gelu_erf: {
         // d/dx x Phi(x) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
         // phi(x) = exp(-x^2 / 2) / sqrt(2 pi)

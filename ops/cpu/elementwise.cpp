@@ -51,9 +51,11 @@ const char* division_name(ew::Binary op) {
 }
 
 // Integer rounding divisions: a zero divisor is an error (PyTorch's CPU behaviour).
-template <ew::Binary OP, class A> void check_divisor(A b) {
+template <ew::Binary OP, class A> void check_divisor(A b, DType dtype) {
   if constexpr (ew::is_integer_division(OP) && std::is_integral_v<A>)
-    if (b == 0) throw Error(ErrorKind::value, std::string(division_name(OP)) + ": integer division by zero");
+    if (b == 0)
+      throw Error(ErrorKind::value, std::string(division_name(OP)) + ": integer division by zero (a " +
+                                        to_string(dtype) + " divisor holds 0)");
 }
 
 template <ew::Binary OP> void binary_loop(const Operand& out, const Operand& a, const Operand& b) {
@@ -71,7 +73,7 @@ template <ew::Binary OP> void binary_loop(const Operand& out, const Operand& a, 
       auto* o = static_cast<storage_t<T>*>(out.data);
       for_each(ops, [&](const std::int64_t* off) {
         const A bv = load<T>(pb[off[2]]);
-        check_divisor<OP>(bv);
+        check_divisor<OP>(bv, b.dtype);
         o[off[0]] = narrow_to<T>(ew::binary<OP, A>(load<T>(pa[off[1]]), bv));
       });
     }
@@ -85,7 +87,7 @@ template <ew::Binary OP> void binary_scalar_loop(const Operand& out, const Opera
     A sv = load<T>(narrow_to<T>(s));  // the scalar as the tensor's dtype holds it
     const Operand* ops[2] = {&out, &a};
     auto f = [&](A x) {
-      check_divisor<OP>(scalar_first ? x : sv);
+      check_divisor<OP>(scalar_first ? x : sv, a.dtype);
       return scalar_first ? ew::binary<OP, A>(sv, x) : ew::binary<OP, A>(x, sv);
     };
     if constexpr (ew::is_comparison(OP)) {

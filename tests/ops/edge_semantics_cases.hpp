@@ -349,7 +349,7 @@ inline Results cross_entropy_ignored(Device dev, std::uint64_t seed) {
 
 /// One element per reduction: the default correction 1 gives NaN, correction 0 gives 0
 /// (var and std), over all dims, given dims, 0-d inputs, keepdim; the gradients are NaN
-/// except var's with correction 0 (0), as PyTorch's.
+/// with correction 1 and 0 with correction 0, as PyTorch's.
 inline void var_std_single_element(Device dev) {
   struct Case {
     Shape shape;
@@ -374,9 +374,9 @@ inline void var_std_single_element(Device dev) {
             const std::size_t outs = static_cast<std::size_t>(r.numel());
             expect(r, V(outs, correction == 1 ? nan_v : 0.0), exact, "value");
             r.sum().backward();
-            // var, correction 0: 2 / 1 * (x - mean) = 0. Otherwise NaN: 0 * inf (PyTorch's
-            // var_backward; std divides by 2 std = 0 first).
-            const bool zero = !is_std && correction == 0;
+            // Correction 0: var's 2 / 1 * (x - mean) = 0, and std's gradient is 0 where std is 0
+            // (PyTorch's std_backward). Correction 1: NaN (0 * inf in var_backward).
+            const bool zero = correction == 0;
             expect(x.grad(), V(n, zero ? 0.0 : nan_v), exact, "gradient");
           }
         }
@@ -533,10 +533,10 @@ inline void kinks_exact(Device dev) {
     expect(grad_of(t, [](const Tensor& v) { return max(v, 0).values; }), {0, 1, 0}, exact, "max(x, 0)'");
     expect(grad_of({3, 1, 1}, [](const Tensor& v) { return min(v, 0).values; }), {0, 1, 0}, exact, "min(x, 0)'");
     CHECK(max(make(dt, t, {3}).to(dev), 0).indices.item<std::int64_t>() == 1);
-    // NaN inputs: relu, abs and clamp pass no gradient (as PyTorch's masks); clamp with an
-    // explicit infinite bound too.
+    // NaN inputs: abs and clamp pass no gradient (as PyTorch's masks), clamp with an explicit
+    // infinite bound too; relu passes it (PyTorch's threshold_backward tests x <= 0).
     const V with_nan = {nan_v, -1, 1};
-    expect(grad_of(with_nan, [](const Tensor& v) { return relu(v); }), {0, 0, 1}, exact, "relu'(NaN)");
+    expect(grad_of(with_nan, [](const Tensor& v) { return relu(v); }), {1, 0, 1}, exact, "relu'(NaN)");
     expect(grad_of(with_nan, [](const Tensor& v) { return abs(v); }), {0, -1, 1}, exact, "abs'(NaN)");
     expect(grad_of(with_nan, [](const Tensor& v) { return clamp(v, 0.0, 6.0); }), {0, 0, 1}, exact, "clamp'(NaN)");
     expect(grad_of(with_nan, [](const Tensor& v) { return clamp_min(v, -5.0); }), {0, 1, 1}, exact, "clamp_min'(NaN)");

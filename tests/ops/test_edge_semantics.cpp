@@ -70,6 +70,21 @@ TEST_CASE("var/std of one element: NaN with correction 1, 0 with correction 0, a
   edge::var_std_single_element(cpu);
 }
 
+TEST_CASE("std of a constant slice: value 0 and gradient 0 (PyTorch's std_backward), not NaN") {
+  for (DType dt : {DType::f64, DType::f32}) {
+    INFO("dtype ", to_string(dt));
+    Tensor x = Tensor::from_vector(std::vector<double>{2, 2, 2, 1, 2, 3}, {2, 3}).to(dt).requires_grad_();
+    Tensor s = brrr::std(x, {1});
+    sum(s).backward();
+    V g = x.grad().to(DType::f64).to_host<double>();
+    CHECK(g[0] == 0.0);
+    CHECK(g[1] == 0.0);
+    CHECK(g[2] == 0.0);
+    CHECK(g[3] == doctest::Approx(-0.5));  // d std / dx = (x - mean) / ((N - 1) std) = -1 / 2
+    CHECK(g[5] == doctest::Approx(0.5));
+  }
+}
+
 TEST_CASE("var/std with N - correction <= 0 (inf or NaN), fractional and negative corrections") {
   edge::var_std_degrees_of_freedom(cpu);
 }

@@ -410,6 +410,23 @@ TEST_CASE("cross_entropy: second derivatives (create_graph) match finite differe
   }
 }
 
+TEST_CASE("cross_entropy under create_graph: all ignored stays finite, bf16/f16 gradients keep their dtype") {
+  Tensor x = randn({3, 4}, {.dtype = DType::f64}).requires_grad_();
+  Tensor ignored = i64_tensor({-100, -100, -100});
+  Tensor g = autograd::grad({cross_entropy(x, ignored, {.label_smoothing = 0.1})}, {x}, {}, true, true)[0];
+  check_close(values(g), V(12, 0.0), 0, 0);
+  sum(g).backward();  // the second derivative: zeros, not 0 * inf = NaN
+  check_close(values(x.grad()), V(12, 0.0), 0, 0);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Tensor h = randn({2, 3}).to(dt).requires_grad_();
+    Tensor gh = autograd::grad({cross_entropy(h, i64_tensor({0, 2}))}, {h}, {}, true, true)[0];
+    CHECK(gh.dtype() == dt);
+    Tensor plain = randn({2, 3}).to(dt).requires_grad_();
+    cross_entropy(plain, i64_tensor({0, 2})).backward();
+    CHECK(plain.grad().dtype() == dt);
+  }
+}
+
 TEST_CASE("nll_loss on log-probabilities") {
   std::uint64_t seed = fresh_seed();
   INFO("seed ", seed);
