@@ -17,38 +17,8 @@ import brrr;
 
 using namespace brrr;
 
-namespace doctest {
-template <class T> struct StringMaker<std::vector<T>> {
-  static String convert(const std::vector<T>& v) {
-    std::ostringstream os;
-    os << '[';
-    for (std::size_t i = 0; i < v.size() && i < 24; ++i) os << (i ? ", " : "") << +v[i];
-    if (v.size() > 24) os << ", ... (" << v.size() << " elements)";
-    os << ']';
-    return os.str().c_str();
-  }
-};
-}  // namespace doctest
-namespace brrr {
-inline doctest::String toString(DType d) { return to_string(d); }
-inline doctest::String toString(ErrorKind k) { return to_string(k); }
-}  // namespace brrr
-
-#define CHECK_BRRR_ERROR(expr, kind_, ...)                                                      \
-  do {                                                                                          \
-    bool thrown_ = false;                                                                       \
-    try {                                                                                       \
-      (void)(expr);                                                                             \
-    } catch (const ::brrr::Error& e_) {                                                         \
-      thrown_ = true;                                                                           \
-      std::string what_ = e_.what();                                                            \
-      INFO("what(): ", what_);                                                                  \
-      CHECK(std::string(::brrr::to_string(e_.kind())) == std::string(::brrr::to_string(kind_))); \
-      for (std::string part_ : std::initializer_list<std::string>{__VA_ARGS__})                \
-        CHECK_MESSAGE(what_.find(part_) != std::string::npos, "missing \"" << part_ << "\"");   \
-    }                                                                                           \
-    CHECK_MESSAGE(thrown_, #expr " threw no brrr::Error");                                      \
-  } while (0)
+// StringMaker for vectors, toString for DType/ErrorKind, CHECK_BRRR_ERROR.
+#include "tests/tensor/helpers.hpp"
 
 namespace {
 

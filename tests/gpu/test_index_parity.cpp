@@ -32,12 +32,6 @@ using Idx = std::vector<std::int64_t>;
 
 Device gpu() { return Device::cuda(0); }
 
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
 Idx random_index(std::mt19937_64& rng, std::int64_t n, std::int64_t lo, std::int64_t hi) {
   std::uniform_int_distribution<std::int64_t> dist(lo, hi);
   Idx v(static_cast<std::size_t>(n));

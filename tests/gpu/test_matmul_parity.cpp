@@ -28,19 +28,6 @@ using V = std::vector<double>;
 
 Device gpu() { return Device::cuda(0); }
 
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-V normal_values(std::mt19937_64& rng, std::int64_t n) {
-  std::normal_distribution<double> dist(0.0, 1.0);
-  V v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
 /// Restores allow_tf32 when the scope ends.
 struct Tf32Guard {
   bool previous = allow_tf32();

@@ -36,19 +36,6 @@ using I64 = std::vector<std::int64_t>;
 
 Device gpu() { return Device::cuda(0); }
 
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-V normal_values(std::mt19937_64& rng, std::int64_t n) {
-  std::normal_distribution<double> dist(0.0, 1.0);
-  V v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
 std::size_t free_device_bytes() {
   std::size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;

@@ -81,11 +81,7 @@ inline V normal(std::mt19937_64& rng, std::size_t n, double scale = 1.0) {
   return v;
 }
 
-inline std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
+using test::numel_of;
 
 inline std::string name_of(DType d) { return to_string(d); }
 

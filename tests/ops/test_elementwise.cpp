@@ -26,41 +26,12 @@ import brrr;
 using namespace brrr;
 
 // doctest prints Shapes (std::vector) and DTypes by value.
-namespace doctest {
-template <class T> struct StringMaker<std::vector<T>> {
-  static String convert(const std::vector<T>& v) {
-    std::ostringstream os;
-    os << '[';
-    for (std::size_t i = 0; i < v.size() && i < 24; ++i) os << (i ? ", " : "") << +v[i];
-    if (v.size() > 24) os << ", ... (" << v.size() << " elements)";
-    os << ']';
-    return os.str().c_str();
-  }
-};
-}  // namespace doctest
-namespace brrr {
-inline doctest::String toString(DType d) { return to_string(d); }
-inline doctest::String toString(ErrorKind k) { return to_string(k); }
-}  // namespace brrr
-
-/// Checks that `expr` throws brrr::Error of `kind_` whose what() contains every string given.
-#define CHECK_BRRR_ERROR(expr, kind_, ...)                                                      \
-  do {                                                                                          \
-    bool thrown_ = false;                                                                       \
-    try {                                                                                       \
-      (void)(expr);                                                                             \
-    } catch (const ::brrr::Error& e_) {                                                         \
-      thrown_ = true;                                                                           \
-      std::string what_ = e_.what();                                                            \
-      INFO("what(): ", what_);                                                                  \
-      CHECK(std::string(::brrr::to_string(e_.kind())) == std::string(::brrr::to_string(kind_))); \
-      for (std::string part_ : std::initializer_list<std::string>{__VA_ARGS__})                \
-        CHECK_MESSAGE(what_.find(part_) != std::string::npos, "missing \"" << part_ << "\"");   \
-    }                                                                                           \
-    CHECK_MESSAGE(thrown_, #expr " threw no brrr::Error");                                      \
-  } while (0)
+// StringMaker for vectors, toString for DType/ErrorKind, CHECK_BRRR_ERROR.
+#include "tests/tensor/helpers.hpp"
 
 namespace {
+
+using test::numel_of;
 
 using V = std::vector<double>;
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
@@ -91,12 +62,6 @@ Tensor make(DType dtype, const V& v, const Shape& shape) {
   return t.to(dtype);
 }
 Tensor make(DType dtype, const V& v) { return make(dtype, v, Shape{static_cast<std::int64_t>(v.size())}); }
-
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
 
 /// `x` as `dtype` holds it (the reference is rounded to the output's dtype before comparing).
 double round_to(DType dtype, double x) {

@@ -28,12 +28,6 @@ using V = std::vector<double>;
 using Idx = std::vector<std::int64_t>;
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
 Shape coords(std::int64_t flat, const Shape& s) {
   Shape c(s.size());
   for (std::size_t d = s.size(); d-- > 0;) {

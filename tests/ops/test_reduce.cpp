@@ -29,22 +29,9 @@ using Dims = std::vector<std::int64_t>;
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
 
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
 Tensor f64_tensor(const V& v, const Shape& shape) {
   if (shape.empty()) return full({}, v.at(0), {.dtype = DType::f64});
   return Tensor::from_vector(v, shape);
-}
-
-V normal_values(std::mt19937_64& rng, std::int64_t n) {
-  std::normal_distribution<double> dist(0.0, 1.0);
-  V v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
 }
 
 // --- the float64 reference -------------------------------------------------------------

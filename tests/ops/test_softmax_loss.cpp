@@ -31,19 +31,6 @@ using V = std::vector<double>;
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
 
-std::int64_t numel_of(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-V normal_values(std::mt19937_64& rng, std::int64_t n, double scale = 1.0) {
-  std::normal_distribution<double> dist(0.0, scale);
-  V v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
 // NaN matches NaN, infinities must be equal; otherwise |got - want| <= atol + rtol |want|.
 void check_close(const V& got, const V& want, double rtol, double atol) {
   REQUIRE(got.size() == want.size());

@@ -142,4 +142,18 @@ inline std::vector<double> random_ints(std::mt19937_64& rng, std::size_t n, int 
   return v;
 }
 
+/// n normal values, mean 0 and standard deviation `scale`.
+inline std::vector<double> normal_values(std::mt19937_64& rng, std::int64_t n, double scale = 1.0) {
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline std::int64_t numel_of(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
 }  // namespace test
