@@ -19,6 +19,7 @@ import brrr;
 
 #include "tests/tensor/helpers.hpp"
 #include "tests/ops/gradient_check.hpp"
+#include "tests/ops/matmul_reference.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -31,49 +32,6 @@ using V = std::vector<double>;
 
 // --- the reference ----------------------------------------------------------------------
 
-struct Ref {
-  V values;
-  Shape shape;
-};
-
-/// matmul of row-major a (shape as) and b (shape bs) in double, by the definition.
-Ref ref_matmul(const V& a, Shape as, const V& b, Shape bs) {
-  bool a_vec = as.size() == 1, b_vec = bs.size() == 1;
-  if (a_vec) as.insert(as.begin(), 1);
-  if (b_vec) bs.push_back(1);
-  std::int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
-  Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-  std::size_t nb = std::max(ab.size(), bb.size());
-  ab.insert(ab.begin(), nb - ab.size(), 1);
-  bb.insert(bb.begin(), nb - bb.size(), 1);
-  Shape batch(nb);
-  for (std::size_t d = 0; d < nb; ++d) batch[d] = std::max(ab[d], bb[d]);
-  std::int64_t nbatch = numel_of(batch);
-  Ref r;
-  r.shape = batch;
-  if (!a_vec) r.shape.push_back(m);
-  if (!b_vec) r.shape.push_back(n);
-  r.values.assign(static_cast<std::size_t>(nbatch * m * n), 0.0);
-  for (std::int64_t i = 0; i < nbatch; ++i) {
-    std::int64_t rem = i, ia = 0, ib = 0, sa = 1, sb = 1;
-    for (std::size_t d = nb; d-- > 0;) {
-      std::int64_t idx = rem % batch[d];
-      rem /= batch[d];
-      ia += (ab[d] == 1 ? 0 : idx) * sa;
-      ib += (bb[d] == 1 ? 0 : idx) * sb;
-      sa *= ab[d];
-      sb *= bb[d];
-    }
-    for (std::int64_t r0 = 0; r0 < m; ++r0)
-      for (std::int64_t c = 0; c < n; ++c) {
-        double s = 0;
-        for (std::int64_t q = 0; q < k; ++q)
-          s += a[static_cast<std::size_t>((ia * m + r0) * k + q)] * b[static_cast<std::size_t>((ib * k + q) * n + c)];
-        r.values[static_cast<std::size_t>((i * m + r0) * n + c)] = s;
-      }
-  }
-  return r;
-}
 
 /// sum_q |a||b| per output element: the scale of a dot product's rounding error.
 Ref ref_abs_matmul(V a, const Shape& as, V b, const Shape& bs) {
