@@ -26,17 +26,6 @@ namespace {
 
 using V = std::vector<double>;
 
-std::uint64_t test_seed() {
-  if (const char* s = std::getenv("BRRR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) | rd();
-}
-
-#define FRESH_SEED()                       \
-  const std::uint64_t seed_ = test_seed(); \
-  manual_seed(seed_);                      \
-  INFO("seed = ", seed_, " (replay with BRRR_TEST_SEED)")
-
 V host(const Tensor& t) { return t.to(DType::f64).to_host<double>(); }
 
 /// |got - expected| <= atol + rtol |expected| for every element, one CHECK.

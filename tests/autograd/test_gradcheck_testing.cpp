@@ -27,17 +27,6 @@ using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::uint64_t test_seed() {
-  if (const char* s = std::getenv("BRRR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) | rd();
-}
-
-#define FRESH_SEED()                       \
-  const std::uint64_t seed_ = test_seed(); \
-  manual_seed(seed_);                      \
-  INFO("seed = ", seed_, " (replay with BRRR_TEST_SEED)")
-
 Tensor f64(const V& v, Shape shape = {}) {
   return Tensor::from_vector(v, shape.empty() ? Shape{static_cast<std::int64_t>(v.size())} : shape);
 }

@@ -37,17 +37,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Device gpu() { return Device::cuda(0); }
 
-std::uint64_t test_seed() {
-  if (const char* s = std::getenv("BRRR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) | rd();
-}
-
-#define FRESH_SEED()                       \
-  const std::uint64_t seed_ = test_seed(); \
-  manual_seed(seed_);                      \
-  INFO("seed = ", seed_, " (replay with BRRR_TEST_SEED)")
-
 V host(const Tensor& t) { return t.to(DType::f64).to(Device::cpu()).to_host<double>(); }
 
 /// Fills the caching allocator's next block of about `bytes` on the GPU with NaN bytes and
@@ -483,7 +472,7 @@ TEST_CASE("gpu elementwise: forward + backward under SyncPolicy::error, zero hos
 
 TEST_CASE("gpu elementwise: more than 2^31 elements (64-bit indexing)") {
   const std::int64_t n = (std::int64_t{1} << 31) + 7;
-  manual_seed(test_seed());
+  manual_seed(test::fresh_seed());
   Tensor a = rand({n}, {.dtype = DType::bf16, .device = gpu()});     // 4 GiB
   Tensor s = randn({1}, {.dtype = DType::bf16, .device = gpu()});
   // windows at the start, across 2^31 and at the end (the unaligned tail)

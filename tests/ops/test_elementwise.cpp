@@ -41,18 +41,6 @@ using Ref2 = std::function<double(double, double)>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::uint64_t test_seed() {
-  if (const char* s = std::getenv("BRRR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) | rd();
-}
-
-/// Seeds brrr's generators with a fresh seed; INFO prints it with any failure of the scope.
-#define FRESH_SEED()                   \
-  const std::uint64_t seed_ = test_seed(); \
-  manual_seed(seed_);                  \
-  INFO("seed = ", seed_, " (replay with BRRR_TEST_SEED)")
-
 /// Every element of `t` (any dtype, any layout), row-major, as f64.
 V host(const Tensor& t) { return t.to(DType::f64).to_host<double>(); }
 

@@ -1,6 +1,6 @@
 // Shared helpers of the Tensor core suites. Include AFTER `import brrr;`, in a file that has
-// already included <doctest/doctest.h>, <cmath>, <cstdint>, <random>, <sstream>, <string>
-// and <vector> (before the import: clang wants every std header ahead of the import).
+// already included <doctest/doctest.h>, <cmath>, <cstdint>, <cstdlib>, <random>, <sstream>,
+// <string> and <vector> (before the import: clang wants every std header ahead of the import).
 #pragma once
 
 // doctest prints std::vector operands of CHECK(a == b) with their values.
@@ -128,11 +128,19 @@ inline std::vector<double> iota(std::int64_t n, double start = 0) {
   return v;
 }
 
-/// A fresh seed per run (random inputs each time); tests INFO() it so a failure can be replayed.
+/// A fresh seed per run (random inputs each time); tests INFO() it so a failure can be
+/// replayed: with BRRR_TEST_SEED set, that seed instead.
 inline std::uint64_t fresh_seed() {
+  if (const char* s = std::getenv("BRRR_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) | rd();
 }
+
+/// Seeds brrr's generators with a fresh seed; INFO prints it with any failure of the scope.
+#define FRESH_SEED()                                  \
+  const std::uint64_t seed_ = ::test::fresh_seed();   \
+  ::brrr::manual_seed(seed_);                         \
+  INFO("seed = ", seed_, " (replay with BRRR_TEST_SEED)")
 
 /// Random whole numbers in [lo, hi], as doubles.
 inline std::vector<double> random_ints(std::mt19937_64& rng, std::size_t n, int lo, int hi) {
