@@ -28,6 +28,7 @@ module;
 #include "cuda/check.hpp"
 module brrr.backend;
 import brrr.tensor;
+import brrr.stream_check;
 
 namespace brrr::backend {
 
@@ -376,7 +377,9 @@ Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream)
   DeviceAllocator& a = allocator(device);
   if (nbytes == 0) return Storage(std::shared_ptr<void>(), 0, Device::cuda(device));
   Block* b = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle));
-  return Storage(std::shared_ptr<void>(b->ptr, [&a, b](void*) { a.free(b); }), nbytes, Device::cuda(device));
+  Storage s(std::shared_ptr<void>(b->ptr, [&a, b](void*) { a.free(b); }), nbytes, Device::cuda(device));
+  s.access_log()->set_allocation_stream(stream_info(*stream));  // whose pool it returns to
+  return s;
 }
 
 void record_stream(const Storage& storage, const StreamPtr& stream) {
@@ -395,8 +398,10 @@ void reset_peak_memory_stats(int device) { allocator(device).reset_peak(); }
 void empty_cache(int device) {
   DeviceAllocator& a = allocator(device);
   // cudaFree waits for the whole device: a host-blocking call, counted when it happens.
-  if (a.has_cached_segments()) note_sync("cuda::empty_cache");
+  bool syncs = a.has_cached_segments();
+  if (syncs) note_sync("cuda::empty_cache");
   a.empty_cache();
+  if (syncs) check_host_wait_device(device);
 }
 
 }  // namespace brrr::backend

@@ -11,6 +11,7 @@ module;
 module brrr.cuda;
 import brrr.tensor;
 import brrr.backend;
+import brrr.stream_check;
 
 namespace brrr::cuda {
 
@@ -24,6 +25,17 @@ int cuda_index(Device device, const char* op) {
 
 bool is_available() { return backend::device_count() > 0; }
 int device_count() { return backend::device_count(); }
+
+// Event state, defined first: Stream::wait reads the clock an event captured.
+struct Event::Impl {
+  bool timing = true;
+  cudaEvent_t event = nullptr;
+  int device = -1;
+  stream_check::VectorClock clock;  // the recording stream's clock (stream check on only)
+  ~Impl() {
+    if (event) cudaEventDestroy(event);
+  }
+};
 
 // --- Stream ---
 
@@ -43,6 +55,7 @@ bool Stream::query() const {
     return false;
   }
   BRRR_CUDA_CHECK(e);
+  backend::check_host_wait_stream(*state_);  // the host now knows all of it completed
   return true;
 }
 
@@ -53,6 +66,14 @@ void Stream::wait(const Event& event) const {
   backend::DeviceGuard g(state_->device);
   BRRR_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(state_->handle),
                                       static_cast<cudaEvent_t>(event.handle()), 0));
+  backend::check_wait(*state_, event.impl_->clock);
+}
+
+void Stream::wait_stream(const Stream& other) const {
+  if (other.device() != device())
+    throw Error(ErrorKind::device, "Stream::wait_stream: this stream is on " + device().str() + ", the other on " +
+                                       other.device().str() + "; use an Event for streams of two devices");
+  backend::wait_stream(*state_, *other.state_);
 }
 
 Stream current_stream(Device device) { return Stream(backend::current_stream(cuda_index(device, "current_stream"))); }
@@ -65,14 +86,6 @@ StreamGuard::~StreamGuard() { backend::set_current_stream(previous_); }
 
 // --- Event ---
 
-struct Event::Impl {
-  bool timing = true;
-  cudaEvent_t event = nullptr;
-  int device = -1;
-  ~Impl() {
-    if (event) cudaEventDestroy(event);
-  }
-};
 
 Event::Event(bool enable_timing) : impl_(std::make_shared<Impl>()) { impl_->timing = enable_timing; }
 
@@ -87,6 +100,7 @@ void Event::record(const Stream& stream) {
     impl_->device = dev;
   }
   BRRR_CUDA_CHECK(cudaEventRecord(impl_->event, static_cast<cudaStream_t>(stream.handle())));
+  impl_->clock = backend::check_record(*stream.state());
 }
 
 void Event::record(Device device) { record(current_stream(device)); }
@@ -99,12 +113,14 @@ bool Event::query() const {
     return false;
   }
   BRRR_CUDA_CHECK(e);
+  backend::check_host_wait(impl_->clock);
   return true;
 }
 
 void Event::synchronize() const {
   if (!impl_->event) return;
   backend::synchronize_event(impl_->event, impl_->device, "Event::synchronize");
+  backend::check_host_wait(impl_->clock);
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
@@ -131,7 +147,13 @@ MemoryStats memory_stats(Device device) { return backend::memory_stats(cuda_inde
 void reset_peak_memory_stats(Device device) { backend::reset_peak_memory_stats(cuda_index(device, "reset_peak_memory_stats")); }
 void empty_cache(Device device) { backend::empty_cache(cuda_index(device, "empty_cache")); }
 
-void record_stream(const Tensor& tensor, const Stream& stream) { backend::record_stream(tensor.storage(), stream.state()); }
+void record_stream(const Tensor& tensor, const Stream& stream) {
+  backend::record_stream(tensor.storage(), stream.state());
+  backend::note_recorded_stream(tensor.storage(), *stream.state());
+}
+
+void set_stream_check(bool on) { backend::set_stream_check(on); }
+bool stream_check_enabled() { return backend::stream_check_enabled(); }
 
 PinnedStats pinned_memory_stats() { return backend::pinned_stats(); }
 

@@ -2,16 +2,20 @@
 // ops/cuda) and the CUDA runtime internals (raw streams, caching allocators, the one sync
 // choke point, generator state). Not re-exported by `brrr`; users write brrr.cuda instead.
 module;
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <memory>
+#include <span>
 #include <type_traits>
 #include <string>
 #include <vector>
 export module brrr.backend;
 import brrr.tensor;
+import brrr.stream_check;
 
 export namespace brrr::backend {
 
@@ -27,10 +31,16 @@ struct Operand {
   std::int64_t numel = 0;
   std::int64_t sizes[max_dims] = {};
   std::int64_t strides[max_dims] = {};
+  stream_check::AccessLog* log = nullptr;  ///< the storage's stream record (note_access)
+  const char* op = "";                     ///< the op it serves, for messages
 };
 
-/// The operand of `t` (any layout). Throws Error(shape) past max_dims dims.
+/// The operand of `t` (any layout). Throws Error(shape) past max_dims dims. On the CPU, first
+/// waits for an asynchronous copy into `t`'s pinned memory that may still run (a host read
+/// or write; wait_host_pending).
 Operand operand(const Tensor& t, const char* op);
+/// The stream record of `t`'s storage (nullptr when undefined), for GemmArgs and OptimizerStep.
+stream_check::AccessLog* access_log(const Tensor& t);
 
 /// What a random fill draws.
 enum class Distribution : std::uint8_t { uniform, normal, integer };
@@ -57,6 +67,8 @@ struct OptimizerStep {
   int device = -1;
   std::vector<void*> params, grads, state1, state2, state3;
   std::vector<std::int64_t> numels;
+  /// Stream records per tensor (access_log): params and states are written, grads read.
+  std::vector<stream_check::AccessLog*> param_logs, grad_logs, state1_logs, state2_logs, state3_logs;
   double lr = 0, weight_decay = 0;
   double momentum = 0, dampening = 0;       ///< SGD
   bool nesterov = false, first_step = false;  ///< SGD: first_step initialises momentum = grad
@@ -94,6 +106,8 @@ struct GemmArgs {
   void* c = nullptr;
   double alpha = 1, beta = 0;
   bool allow_tf32 = false;
+  /// Stream records of the three storages (access_log): a and b are read, c written.
+  stream_check::AccessLog *a_log = nullptr, *b_log = nullptr, *c_log = nullptr;
 };
 
 /// The contract. Every backend implements all of it (pure virtual: a missing kernel is a
@@ -216,6 +230,8 @@ struct StreamState {
   int priority = 0;
   bool is_default = false;
   std::uint64_t id = 0;
+  /// The handle's dense number (new_stream_slot), kept when a recycled handle gets a new id.
+  std::uint32_t slot = 0;
 };
 using StreamPtr = std::shared_ptr<StreamState>;
 
@@ -239,6 +255,69 @@ void note_sync(const char* api);
 std::uint64_t sync_count();
 void set_sync_policy(SyncPolicy policy);
 SyncPolicy sync_policy();
+
+// --- stream bookkeeping (cuda/stream_order.cpp) ----------------------------------------
+// Always on: each storage remembers the streams that enqueued writes to it, so that host
+// reads wait for them. With the stream check on (cuda::set_stream_check, BRRR_STREAM_CHECK=1),
+// every access also goes through a stream_check::Checker, under one lock.
+
+/// The flag behind stream_check_enabled(); set_stream_check() writes it.
+std::atomic<bool> stream_check_flag{false};
+/// Whether the stream check is on: the one relaxed load an op pays when it is off.
+inline bool stream_check_enabled() noexcept { return stream_check_flag.load(std::memory_order_relaxed); }
+/// Switches the check; switching it on starts a new epoch (accesses recorded before are
+/// forgotten, since the events and waits made while it was off were not seen).
+void set_stream_check(bool on);
+
+/// A number for a new CUDA stream handle of `device` (dense from 0, never reused).
+std::uint32_t new_stream_slot(void* handle, int device);
+stream_check::StreamInfo stream_info(const StreamState& stream);
+
+/// The checked path of note_access (the stream check is on). Throws Error(stream).
+void check_access(const StreamState& stream, std::span<const Operand* const> writes,
+                  std::span<const Operand* const> reads);
+/// THE hook: every piece of work brrr enqueues on `stream` (kernels, copies, cuBLAS calls,
+/// random draws, optimizer steps) is announced here first with the operands it writes and
+/// reads (nullptr entries and operands without a log are skipped). Always: `stream` becomes
+/// a writer of each written storage. With the check on: throws Error(stream) for an access
+/// not ordered after a conflicting one on another stream, before anything is enqueued.
+inline void note_access(const StreamState& stream, std::span<const Operand* const> writes,
+                        std::span<const Operand* const> reads) {
+  for (const Operand* w : writes)
+    if (w && w->log) w->log->note_writer(stream.slot);
+  if (stream_check_enabled()) [[unlikely]] check_access(stream, writes, reads);
+}
+inline void note_access(const StreamState& stream, std::initializer_list<const Operand*> writes,
+                        std::initializer_list<const Operand*> reads) {
+  note_access(stream, std::span<const Operand* const>(writes.begin(), writes.size()),
+              std::span<const Operand* const>(reads.begin(), reads.size()));
+}
+/// An Operand of `t` for note_access only (never for a kernel): like operand(), but a tensor
+/// of more than max_dims dims is described by its element count instead of throwing.
+Operand tracked(const Tensor& t, const char* op);
+
+/// Makes `stream` wait, on the device, for every other stream that enqueued writes to
+/// `storage` (an event on each): the first step of a host read, so that what it copies on
+/// `stream` is complete. Costs nothing when `stream` is the only writer.
+void order_after_writers(const Storage& storage, const StreamPtr& stream);
+/// Makes later work on `waiter` wait for the work enqueued on `other` so far (an event).
+void wait_stream(const StreamState& waiter, const StreamState& other);
+
+/// With the check on: the clock an event recorded on `stream` captures (empty when off).
+stream_check::VectorClock check_record(const StreamState& stream);
+/// With the check on: `stream` waited for an event with clock `event`.
+void check_wait(const StreamState& stream, const stream_check::VectorClock& event);
+/// With the check on: the host waited for an event / a stream / a whole device.
+void check_host_wait(const stream_check::VectorClock& event);
+void check_host_wait_stream(const StreamState& stream);
+void check_host_wait_device(int device);
+/// cuda::record_stream(storage, stream): remembered for the check of frees.
+void note_recorded_stream(const Storage& storage, const StreamState& stream);
+/// From ~Storage: with the check on, checks that releasing the memory is safe. Cannot
+/// throw: a hazard is kept and thrown (Error(stream)) by the next checked call.
+void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexcept;
+/// Throws the hazard note_release kept, if any (called by checked calls and note_sync).
+void raise_pending_stream_error();
 
 /// Blocking helpers: each calls note_sync(api), waits, then raises any deferred device error
 /// (an out-of-range index met by a kernel; cuda/device_errors.cpp) as Error(index).
@@ -275,6 +354,12 @@ void empty_cache(int device);
 Storage allocate_pinned(std::size_t nbytes);
 /// Records that `stream` reads or writes pinned `storage` asynchronously.
 void record_pinned_use(const Storage& storage, const StreamPtr& stream);
+/// An asynchronous device-to-host copy into pinned `storage` was just enqueued on `stream`:
+/// records an event after it, so that host reads of the storage wait for it.
+void note_host_pending(const Storage& storage, const StreamPtr& stream);
+/// A host read or write of `storage` (CPU memory) is about to happen: if an asynchronous copy
+/// into it may still run, waits for it (a counted sync, note_sync(api)); else returns at once.
+void wait_host_pending(const Storage& storage, const char* api);
 struct PinnedStats {
   std::uint64_t allocated_bytes = 0;
   std::uint64_t reserved_bytes = 0;
@@ -287,9 +372,10 @@ enum class CopyKind : std::uint8_t { host_to_device, device_to_host, device_to_d
 /// Enqueues a copy of `bytes` on `stream` and returns (cudaMemcpyAsync). For pinned host
 /// memory this is truly asynchronous; callers record_pinned_use() it.
 void memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, const StreamPtr& stream);
-/// A counted, host-blocking copy from device memory into pageable host memory on the
-/// current stream of `device`: note_sync(api), enqueue, wait.
-void copy_device_to_host(void* dst, const void* src, std::size_t bytes, int device, const char* api);
+/// A counted, host-blocking copy of the first `bytes` of contiguous device tensor `src` into
+/// pageable host memory, on the current stream of its device: note_sync(api), then that
+/// stream waits for the streams that wrote `src` (order_after_writers), then copy and wait.
+void copy_device_to_host(void* dst, const Tensor& src, std::size_t bytes, const char* api);
 /// A counted, host-blocking copy from pageable host memory to `device` (CUDA stages it and
 /// returns only when the host buffer may be reused).
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int device, const char* api);

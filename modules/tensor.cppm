@@ -11,6 +11,7 @@ module;
 #include <string>
 #include <vector>
 export module brrr.tensor;
+import brrr.stream_check;
 
 export namespace brrr {
 
@@ -29,6 +30,7 @@ enum class ErrorKind : std::uint8_t {
   cuda,        ///< a CUDA/cuBLAS/cuRAND call failed (message names call and file:line)
   out_of_memory,
   sync,        ///< a host-device synchronisation refused by SyncPolicy::error
+  stream,      ///< an unordered cross-stream access found by cuda::set_stream_check(true)
   autograd,    ///< backward through a modified tensor, no grad_fn, ...
 };
 
@@ -179,6 +181,9 @@ public:
   /// Number of handles (tensors/views) sharing these bytes.
   long use_count() const { return impl_.use_count(); }
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
+  /// Internal (the CUDA runtime's): the streams that wrote and read these bytes
+  /// (cuda/stream_order.cpp); nullptr for an undefined Storage.
+  stream_check::AccessLog* access_log() const;
 
 private:
   struct Impl;
@@ -526,11 +531,17 @@ private:
 namespace brrr {
 
 struct Storage::Impl {
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl();  // with the stream check on, checks that no other stream still uses the memory
+            // before `data` is released
   std::shared_ptr<void> data;
   std::size_t nbytes = 0;
   Device device;
   bool pinned = false;
   mutable std::uint64_t version = 0;
+  mutable stream_check::AccessLog log;  // the streams that used the bytes (ignored on the CPU heap)
 };
 
 struct Tensor::Impl {

@@ -161,6 +161,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
   args.device = dev.is_cuda() ? dev.index() : -1;
   args.allow_tf32 = tf32_allowed.load(std::memory_order_relaxed);
   args.c = out.data_ptr();
+  args.c_log = backend::access_log(out);
   args.k = p.k;
   args.n = p.n;
 
@@ -174,10 +175,12 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
       args.batch = 1;
       args.m = batch * p.m;
       args.a = A.data_ptr();
+      args.a_log = backend::access_log(A);
       args.a_batch_stride = 0;
       args.a_row_stride = *rows;
       args.a_col_stride = 1;
       args.b = ob.t.data_ptr();
+      args.b_log = backend::access_log(ob.t);
       args.b_batch_stride = 0;
       args.b_row_stride = ob.row_stride;
       args.b_col_stride = ob.col_stride;
@@ -191,10 +194,12 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
     args.batch = batch;
     args.m = p.m;
     args.a = oa.t.data_ptr();
+    args.a_log = backend::access_log(oa.t);
     args.a_batch_stride = oa.batch_stride;
     args.a_row_stride = oa.row_stride;
     args.a_col_stride = oa.col_stride;
     args.b = ob.t.data_ptr();
+    args.b_log = backend::access_log(ob.t);
     args.b_batch_stride = ob.batch_stride;
     args.b_row_stride = ob.row_stride;
     args.b_col_stride = ob.col_stride;

@@ -72,6 +72,11 @@ void add_to(Group& g, const Tensor& p, const Tensor& grad, const Tensor& s1, con
   g.step.state2.push_back(s2.defined() ? s2.data_ptr() : nullptr);
   g.step.state3.push_back(s3.defined() ? s3.data_ptr() : nullptr);
   g.step.numels.push_back(p.numel());
+  g.step.param_logs.push_back(backend::access_log(p));  // for the stream bookkeeping
+  g.step.grad_logs.push_back(backend::access_log(grad));
+  g.step.state1_logs.push_back(backend::access_log(s1));
+  g.step.state2_logs.push_back(backend::access_log(s2));
+  g.step.state3_logs.push_back(backend::access_log(s3));
 }
 
 // A state buffer for `p`: zeros on first use (or when the parameter's shape changed), moved

@@ -5,6 +5,7 @@ module;
 #include <string>
 module brrr.tensor;
 import brrr.backend;
+import brrr.stream_check;
 
 namespace brrr {
 
@@ -35,6 +36,14 @@ Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
   }
   throw Error(ErrorKind::device, "Storage::allocate: unknown device");
 }
+
+Storage::Impl::~Impl() {
+  // Before `data`'s deleter hands the block back to the allocator; cannot throw here, so a
+  // hazard is reported by the next checked call (backend::note_release).
+  if (data && device.is_cuda() && log.has_history()) backend::note_release(log, nbytes);
+}
+
+stream_check::AccessLog* Storage::access_log() const { return impl_ ? &impl_->log : nullptr; }
 
 void* Storage::data() const { return impl_ ? impl_->data.get() : nullptr; }
 std::size_t Storage::nbytes() const { return impl_ ? impl_->nbytes : 0; }

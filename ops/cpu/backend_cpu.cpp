@@ -16,6 +16,7 @@ module;
 #include "ops/random_transform.hpp"
 module brrr.backend;
 import brrr.tensor;
+import brrr.stream_check;
 
 namespace brrr::backend {
 
@@ -35,6 +36,10 @@ Operand operand(const Tensor& t, const char* op) {
     o.sizes[i] = t.shape()[i];
     o.strides[i] = t.strides()[i];
   }
+  o.log = t.storage().access_log();
+  o.op = op;
+  // A CPU kernel is a host access: never under an async copy into pinned memory.
+  if (o.device < 0 && o.log && o.log->host_pending()) wait_host_pending(t.storage(), op);
   return o;
 }
 

@@ -41,17 +41,23 @@ kernels::Strided strided(const Operand& o) {
 
 void CudaBackend::fill(const Operand& out, double value) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::fill(strided(out), value, current_stream(out.device)->handle));
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {});
+  BRRR_CUDA_CHECK(kernels::fill(strided(out), value, stream->handle));
 }
 
 void CudaBackend::copy(const Operand& dst, const Operand& src) {
   DeviceGuard g(dst.device);
-  BRRR_CUDA_CHECK(kernels::copy(strided(dst), strided(src), current_stream(dst.device)->handle));
+  StreamPtr stream = current_stream(dst.device);
+  note_access(*stream, {&dst}, {&src});
+  BRRR_CUDA_CHECK(kernels::copy(strided(dst), strided(src), stream->handle));
 }
 
 void CudaBackend::arange(const Operand& out, double start, double step) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::arange(strided(out), start, step, current_stream(out.device)->handle));
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {});
+  BRRR_CUDA_CHECK(kernels::arange(strided(out), start, step, stream->handle));
 }
 
 namespace {
@@ -73,6 +79,7 @@ void CudaBackend::random(const Operand& out, Distribution dist, std::uint64_t se
   int dev = out.device;
   DeviceGuard g(dev);
   StreamPtr stream = current_stream(dev);
+  note_access(*stream, {&out}, {});
   std::uint64_t n = random_words(dist, out.dtype, out.numel);
   // The words live in a stream-ordered scratch block: released when this scope ends, reused
   // by later work on the same stream only after the transform kernel has read them.

@@ -35,27 +35,34 @@ DivisionReport division_report(BinaryOp op, const Operand& out) {
 
 void CudaBackend::unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::unary(static_cast<int>(op), strided(out), strided(in), p0, p1,
-                                 current_stream(out.device)->handle));
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&in});
+  BRRR_CUDA_CHECK(kernels::unary(static_cast<int>(op), strided(out), strided(in), p0, p1, stream->handle));
 }
 
 void CudaBackend::binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&a, &b});
   DivisionReport r = division_report(op, out);
   BRRR_CUDA_CHECK(kernels::binary(static_cast<int>(op), strided(out), strided(a), strided(b), r.flag, r.code,
-                                  current_stream(out.device)->handle));
+                                  stream->handle));
 }
 
 void CudaBackend::binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) {
   DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&a});
   DivisionReport r = division_report(op, out);
   BRRR_CUDA_CHECK(kernels::binary_scalar(static_cast<int>(op), strided(out), strided(a), s, scalar_first, r.flag,
-                                         r.code, current_stream(out.device)->handle));
+                                         r.code, stream->handle));
 }
 
 void CudaBackend::where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::where(strided(out), strided(cond), strided(a), strided(b), current_stream(out.device)->handle));
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&cond, &a, &b});
+  BRRR_CUDA_CHECK(kernels::where(strided(out), strided(cond), strided(a), strided(b), stream->handle));
 }
 
 }  // namespace brrr::backend

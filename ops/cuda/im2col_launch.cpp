@@ -17,12 +17,16 @@ kernels::Window window(const Window2d& g) {
 
 void CudaBackend::im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::im2col(strided(out), strided(in), window(w), pad_value, current_stream(out.device)->handle));
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&in});
+  BRRR_CUDA_CHECK(kernels::im2col(strided(out), strided(in), window(w), pad_value, stream->handle));
 }
 
 void CudaBackend::col2im(const Operand& out, const Operand& in, const Window2d& w) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::col2im(strided(out), strided(in), window(w), current_stream(out.device)->handle));
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&in});
+  BRRR_CUDA_CHECK(kernels::col2im(strided(out), strided(in), window(w), stream->handle));
 }
 
 }  // namespace brrr::backend

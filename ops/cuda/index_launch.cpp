@@ -37,9 +37,11 @@ void CudaBackend::gather(const Operand& out, const Operand& in, int dim, const O
   if (!is_index_dtype(index.dtype) || in.dtype != out.dtype || index.ndim != out.ndim || in.ndim != out.ndim)
     bad_operands("gather", out, index);
   DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&in, &index});
   int code = index_errors::current_op(index_errors::gather);
   BRRR_CUDA_CHECK(kernels::gather(strided(out), strided(in), dim, strided(index), device_error_flag(out.device), code,
-                                  current_stream(out.device)->handle));
+                                  stream->handle));
 }
 
 void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src,
@@ -51,6 +53,7 @@ void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index,
     throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&index, &src});
   int code = index_errors::current_op(index_errors::scatter_add);
   int* flag = device_error_flag(out.device);
   kernels::Strided so = strided(out), sx = strided(index), ss = strided(src);

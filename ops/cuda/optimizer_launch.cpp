@@ -5,13 +5,51 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda/check.hpp"
 #include "ops/cuda/kernels.hpp"
 module brrr.backend;
 import brrr.tensor;
+import brrr.stream_check;
 
 namespace brrr::backend {
+
+namespace {
+
+// The stream bookkeeping's view of an optimizer's tensors: 1-D [numel] of the step's dtype.
+void announce(const OptimizerStep& s, const StreamState& stream) {
+  const char* op = "optimizer step";
+  switch (s.kind) {
+    case OptimizerKind::sgd: op = "SGD::step"; break;
+    case OptimizerKind::adam: op = "Adam::step"; break;
+    case OptimizerKind::adamw: op = "AdamW::step"; break;
+  }
+  std::vector<Operand> uses;
+  std::vector<const Operand*> writes, reads;
+  auto add = [&](const std::vector<stream_check::AccessLog*>& logs, std::size_t k) {
+    if (k >= logs.size() || !logs[k]) return;
+    Operand o;
+    o.dtype = s.dtype;
+    o.ndim = 1;
+    o.sizes[0] = o.numel = s.numels[k];
+    o.log = logs[k];
+    o.op = op;
+    uses.push_back(o);
+  };
+  for (std::size_t k = 0; k < s.params.size(); ++k) {
+    add(s.param_logs, k);
+    add(s.state1_logs, k);
+    add(s.state2_logs, k);
+    add(s.state3_logs, k);
+  }
+  std::size_t written = uses.size();
+  for (std::size_t k = 0; k < s.params.size(); ++k) add(s.grad_logs, k);
+  for (std::size_t i = 0; i < uses.size(); ++i) (i < written ? writes : reads).push_back(&uses[i]);
+  note_access(stream, writes, reads);
+}
+
+}  // namespace
 
 void CudaBackend::optimizer_step(const OptimizerStep& s) {
   const std::size_t count = s.params.size();
@@ -56,9 +94,11 @@ void CudaBackend::optimizer_step(const OptimizerStep& s) {
   h.amsgrad = s.amsgrad;
   h.maximize = s.maximize;
   DeviceGuard g(s.device);
+  StreamPtr stream = current_stream(s.device);
+  announce(s, *stream);
   BRRR_CUDA_CHECK(kernels::optimizer_step(h, static_cast<kernels::ScalarType>(s.dtype), s.params.data(),
                                           s.grads.data(), s.state1.data(), s.state2.data(), s.state3.data(),
-                                          s.numels.data(), count, current_stream(s.device)->handle));
+                                          s.numels.data(), count, stream->handle));
 }
 
 }  // namespace brrr::backend

@@ -23,6 +23,7 @@ void CudaBackend::reduce(ReduceOp op, const Operand& out, const Operand& in, std
   if (out.numel == 0) return;
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out, indices}, {&in});
   kernels::Strided so = strided(out), si = strided(in), sx{};
   if (indices) sx = strided(*indices);
   const kernels::Strided* px = indices ? &sx : nullptr;

@@ -30,8 +30,10 @@ void CudaBackend::softmax(const Operand& out, const Operand& in, bool log) {
   RowsCols rc = rows_cols(in);
   if (rc.rows == 0) return;
   DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out}, {&in});
   BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, static_cast<kernels::ScalarType>(in.dtype), rc.rows, rc.cols,
-                                        log, current_stream(out.device)->handle));
+                                        log, stream->handle));
 }
 
 void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
@@ -39,9 +41,11 @@ void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Oper
   RowsCols rc = rows_cols(in);
   if (rc.rows == 0) return;
   DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  note_access(*stream, {&out, &mean, &rstd}, {&in, weight, bias});
   BRRR_CUDA_CHECK(kernels::layer_norm_rows(out.data, mean.data, rstd.data, in.data, weight ? weight->data : nullptr,
                                            bias ? bias->data : nullptr, static_cast<kernels::ScalarType>(in.dtype),
-                                           rc.rows, rc.cols, eps, current_stream(out.device)->handle));
+                                           rc.rows, rc.cols, eps, stream->handle));
 }
 
 }  // namespace brrr::backend

@@ -1,0 +1,226 @@
+// Stream bookkeeping: which streams wrote each storage (always: host reads wait for them),
+// and the stream check (cuda::set_stream_check, BRRR_STREAM_CHECK=1): every access brrr
+// enqueues, every event record and wait and every host synchronisation goes through one
+// stream_check::Checker under one lock. Off, an op pays one relaxed load (note_access in
+// modules/backend.cppm). The rules themselves are in cuda/stream_check.cpp.
+module;
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/check.hpp"
+module brrr.backend;
+import brrr.tensor;
+import brrr.stream_check;
+
+namespace brrr::backend {
+
+namespace {
+
+// --- stream slots: a dense number per cudaStream_t brrr created -----------------------------
+
+struct SlotEntry {
+  void* handle;
+  int device;
+};
+std::mutex slot_mutex;
+std::vector<SlotEntry> slot_table;
+std::atomic<std::uint32_t> slot_count{0};
+
+// --- the check ---------------------------------------------------------------------------------
+
+std::mutex check_mutex;
+stream_check::Checker& checker() {
+  static auto* c = new stream_check::Checker;  // never destroyed: storages die at exit too
+  return *c;
+}
+std::string pending_error;  // a hazard found where nothing can throw (a free); under check_mutex
+
+// BRRR_STREAM_CHECK=1 switches the check on before main.
+[[maybe_unused]] const bool check_from_environment = [] {
+  const char* v = std::getenv("BRRR_STREAM_CHECK");
+  if (v && std::strcmp(v, "0") != 0 && *v) stream_check_flag.store(true);
+  return true;
+}();
+
+// Throws the hazard a free left behind, if any. Call with check_mutex held.
+void raise_pending_locked() {
+  if (pending_error.empty()) return;
+  std::string message = std::move(pending_error);
+  pending_error.clear();
+  throw Error(ErrorKind::stream, message);
+}
+
+stream_check::TensorDesc describe_operand(const Operand& o) {
+  stream_check::TensorDesc d;
+  d.dtype = to_string(o.dtype);
+  d.ndim = o.ndim;
+  for (int i = 0; i < o.ndim && i < stream_check::max_dims; ++i) d.sizes[i] = o.sizes[i];
+  return d;
+}
+
+// One event per (host thread, device), re-recorded for each wait: cudaStreamWaitEvent waits
+// for the record made before it, so the next record cannot disturb an earlier wait.
+struct WaitEvents {
+  std::vector<cudaEvent_t> events;
+  ~WaitEvents() {
+    for (cudaEvent_t e : events)
+      if (e) cudaEventDestroy(e);
+  }
+};
+
+void enqueue_wait(void* waiter, void* other, int other_device) {
+  thread_local WaitEvents cache;
+  if (cache.events.size() <= static_cast<std::size_t>(other_device))
+    cache.events.resize(static_cast<std::size_t>(other_device) + 1, nullptr);
+  cudaEvent_t& e = cache.events[static_cast<std::size_t>(other_device)];
+  DeviceGuard g(other_device);
+  if (!e) BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  BRRR_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(other)));
+  BRRR_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), e, 0));
+}
+
+}  // namespace
+
+std::uint32_t new_stream_slot(void* handle, int device) {
+  std::lock_guard lock(slot_mutex);
+  slot_table.push_back({handle, device});
+  slot_count.store(static_cast<std::uint32_t>(slot_table.size()), std::memory_order_relaxed);
+  return static_cast<std::uint32_t>(slot_table.size() - 1);
+}
+
+stream_check::StreamInfo stream_info(const StreamState& s) { return {s.slot, s.id, s.device, s.is_default}; }
+
+void set_stream_check(bool on) {
+  std::lock_guard lock(check_mutex);
+  if (on && !stream_check_flag.load()) checker().begin_epoch();
+  if (!on) pending_error.clear();
+  stream_check_flag.store(on);
+}
+
+void check_access(const StreamState& stream, std::span<const Operand* const> writes,
+                  std::span<const Operand* const> reads) {
+  std::vector<stream_check::Use> uses;
+  uses.reserve(writes.size() + reads.size());
+  for (const Operand* o : writes)
+    if (o && o->log) uses.push_back({o->log, stream_check::AccessKind::write, o->op, describe_operand(*o)});
+  for (const Operand* o : reads)
+    if (o && o->log) uses.push_back({o->log, stream_check::AccessKind::read, o->op, describe_operand(*o)});
+  std::lock_guard lock(check_mutex);
+  raise_pending_locked();
+  if (auto hazard = checker().launch(stream_info(stream), uses)) throw Error(ErrorKind::stream, *hazard);
+}
+
+Operand tracked(const Tensor& t, const char* op) {
+  Operand o;
+  o.data = t.data_ptr();
+  o.dtype = t.dtype();
+  o.device = t.device().is_cuda() ? t.device().index() : -1;
+  o.numel = t.numel();
+  if (t.dim() <= max_dims) {
+    o.ndim = static_cast<int>(t.dim());
+    for (int i = 0; i < o.ndim; ++i) {
+      o.sizes[i] = t.shape()[i];
+      o.strides[i] = t.strides()[i];
+    }
+  } else {
+    o.ndim = 1;
+    o.sizes[0] = o.numel;
+    o.strides[0] = 1;
+  }
+  o.log = t.storage().access_log();
+  o.op = op;
+  return o;
+}
+
+stream_check::AccessLog* access_log(const Tensor& t) { return t.defined() ? t.storage().access_log() : nullptr; }
+
+void order_after_writers(const Storage& storage, const StreamPtr& stream) {
+  const stream_check::AccessLog* log = storage.access_log();
+  if (!log) return;
+  std::uint64_t mask = log->writer_mask();
+  // The common case: no writer but `stream` (bits alias only past 64 streams).
+  if ((mask & ~stream_check::AccessLog::bit(stream->slot)) == 0 && slot_count.load(std::memory_order_relaxed) <= 64)
+    return;
+  std::vector<std::pair<std::uint32_t, SlotEntry>> others;
+  {
+    std::lock_guard lock(slot_mutex);
+    for (std::uint32_t i = 0; i < slot_table.size(); ++i)
+      if (i != stream->slot && (mask & stream_check::AccessLog::bit(i))) others.emplace_back(i, slot_table[i]);
+  }
+  for (const auto& [slot, entry] : others) {
+    enqueue_wait(stream->handle, entry.handle, entry.device);
+    if (stream_check_enabled()) {
+      std::lock_guard lock(check_mutex);
+      checker().wait_stream(stream_info(*stream), stream_check::StreamInfo{slot, 0, entry.device, false});
+    }
+  }
+}
+
+void wait_stream(const StreamState& waiter, const StreamState& other) {
+  if (waiter.handle == other.handle) return;
+  enqueue_wait(waiter.handle, other.handle, other.device);
+  if (stream_check_enabled()) {
+    std::lock_guard lock(check_mutex);
+    checker().wait_stream(stream_info(waiter), stream_info(other));
+  }
+}
+
+stream_check::VectorClock check_record(const StreamState& stream) {
+  if (!stream_check_enabled()) return {};
+  std::lock_guard lock(check_mutex);
+  return checker().record(stream_info(stream));
+}
+
+void check_wait(const StreamState& stream, const stream_check::VectorClock& event) {
+  if (!stream_check_enabled()) return;
+  std::lock_guard lock(check_mutex);
+  checker().wait(stream_info(stream), event);
+}
+
+void check_host_wait(const stream_check::VectorClock& event) {
+  if (!stream_check_enabled()) return;
+  std::lock_guard lock(check_mutex);
+  checker().host_wait(event);
+}
+
+void check_host_wait_stream(const StreamState& stream) {
+  if (!stream_check_enabled()) return;
+  std::lock_guard lock(check_mutex);
+  checker().host_wait_stream(stream_info(stream));
+}
+
+void check_host_wait_device(int device) {
+  if (!stream_check_enabled()) return;
+  std::lock_guard lock(check_mutex);
+  checker().host_wait_device(device);
+}
+
+void note_recorded_stream(const Storage& storage, const StreamState& stream) {
+  if (stream_check::AccessLog* log = storage.access_log()) log->note_recorded(stream.slot);
+}
+
+void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexcept {
+  if (!stream_check_enabled()) return;
+  try {
+    std::lock_guard lock(check_mutex);
+    if (auto hazard = checker().release(log, nbytes); hazard && pending_error.empty()) pending_error = *hazard;
+  } catch (...) {
+    // out of memory while describing the hazard: nothing sensible left to report
+  }
+}
+
+void raise_pending_stream_error() {
+  std::lock_guard lock(check_mutex);
+  raise_pending_locked();
+}
+
+}  // namespace brrr::backend
