@@ -108,15 +108,24 @@ void set_stream_check(bool on) {
 
 void check_access(const StreamState& stream, std::span<const Operand* const> writes,
                   std::span<const Operand* const> reads) {
-  std::vector<stream_check::Use> uses;
-  uses.reserve(writes.size() + reads.size());
+  // On the stack for every op but the optimizers' multi-tensor steps.
+  constexpr std::size_t inline_uses = 8;
+  stream_check::Use local[inline_uses];
+  std::vector<stream_check::Use> many;
+  stream_check::Use* uses = local;
+  if (writes.size() + reads.size() > inline_uses) {
+    many.resize(writes.size() + reads.size());
+    uses = many.data();
+  }
+  std::size_t n = 0;
   for (const Operand* o : writes)
-    if (o && o->log) uses.push_back({o->log, stream_check::AccessKind::write, o->op, describe_operand(*o)});
+    if (o && o->log) uses[n++] = {o->log, stream_check::AccessKind::write, o->op, describe_operand(*o)};
   for (const Operand* o : reads)
-    if (o && o->log) uses.push_back({o->log, stream_check::AccessKind::read, o->op, describe_operand(*o)});
+    if (o && o->log) uses[n++] = {o->log, stream_check::AccessKind::read, o->op, describe_operand(*o)};
   std::lock_guard lock(check_mutex);
   raise_pending_locked();
-  if (auto hazard = checker().launch(stream_info(stream), uses)) throw Error(ErrorKind::stream, *hazard);
+  if (auto hazard = checker().launch(stream_info(stream), std::span<const stream_check::Use>(uses, n)))
+    throw Error(ErrorKind::stream, *hazard);
 }
 
 Operand tracked(const Tensor& t, const char* op) {

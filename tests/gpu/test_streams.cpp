@@ -94,9 +94,12 @@ TEST_CASE("streams: ops under a StreamGuard are enqueued on the guard's stream")
       cuda::record_stream(t, s);
       cuda::record_stream(sevens, s);
     }
-    // The default stream is independent of s: reading t there sees the old zeros, because the
-    // copy is still held on s. (Deterministic: the gate holds s.)
-    CHECK(all_equal(t.to_host<float>(), 0.0f));
+    // The default stream is independent of s: a kernel there that reads t sees the old
+    // zeros, because the copy is still held on s. (Deterministic: the gate holds s.) A host
+    // read of t would wait for s (test_stream_check.cpp); a host read of `seen` waits only
+    // for the default stream, which wrote it.
+    Tensor seen = t.clone();
+    CHECK(all_equal(seen.to_host<float>(), 0.0f));
     CHECK_FALSE(s.query());
     gate.open();
     s.synchronize();
