@@ -31,18 +31,29 @@ struct SlotEntry {
   void* handle;
   int device;
 };
-std::mutex slot_mutex;
-std::vector<SlotEntry> slot_table;
+struct SlotTable {
+  std::mutex mutex;
+  std::vector<SlotEntry> entries;
+};
+// Never destroyed (like the allocators): tensors released during static destruction still
+// find it.
+SlotTable& slots() {
+  static auto* t = new SlotTable;
+  return *t;
+}
 std::atomic<std::uint32_t> slot_count{0};
 
 // --- the check ---------------------------------------------------------------------------------
 
-std::mutex check_mutex;
-stream_check::Checker& checker() {
-  static auto* c = new stream_check::Checker;  // never destroyed: storages die at exit too
-  return *c;
+struct CheckState {
+  std::mutex mutex;
+  stream_check::Checker checker;
+  std::string pending_error;  // a hazard found where nothing can throw (a free)
+};
+CheckState& state() {
+  static auto* s = new CheckState;  // never destroyed, as slots()
+  return *s;
 }
-std::string pending_error;  // a hazard found where nothing can throw (a free); under check_mutex
 
 // BRRR_STREAM_CHECK=1 switches the check on before main.
 [[maybe_unused]] const bool check_from_environment = [] {
@@ -51,11 +62,12 @@ std::string pending_error;  // a hazard found where nothing can throw (a free); 
   return true;
 }();
 
-// Throws the hazard a free left behind, if any. Call with check_mutex held.
+// Throws the hazard a free left behind, if any. Call with state().mutex held.
 void raise_pending_locked() {
-  if (pending_error.empty()) return;
-  std::string message = std::move(pending_error);
-  pending_error.clear();
+  std::string& pending = state().pending_error;
+  if (pending.empty()) return;
+  std::string message = std::move(pending);
+  pending.clear();
   throw Error(ErrorKind::stream, message);
 }
 
@@ -91,18 +103,20 @@ void enqueue_wait(void* waiter, void* other, int other_device) {
 }  // namespace
 
 std::uint32_t new_stream_slot(void* handle, int device) {
-  std::lock_guard lock(slot_mutex);
-  slot_table.push_back({handle, device});
-  slot_count.store(static_cast<std::uint32_t>(slot_table.size()), std::memory_order_relaxed);
-  return static_cast<std::uint32_t>(slot_table.size() - 1);
+  SlotTable& t = slots();
+  std::lock_guard lock(t.mutex);
+  t.entries.push_back({handle, device});
+  slot_count.store(static_cast<std::uint32_t>(t.entries.size()), std::memory_order_relaxed);
+  return static_cast<std::uint32_t>(t.entries.size() - 1);
 }
 
 stream_check::StreamInfo stream_info(const StreamState& s) { return {s.slot, s.id, s.device, s.is_default}; }
 
 void set_stream_check(bool on) {
-  std::lock_guard lock(check_mutex);
-  if (on && !stream_check_flag.load()) checker().begin_epoch();
-  if (!on) pending_error.clear();
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
+  if (on && !stream_check_flag.load()) c.checker.begin_epoch();
+  if (!on) c.pending_error.clear();
   stream_check_flag.store(on);
 }
 
@@ -122,9 +136,10 @@ void check_access(const StreamState& stream, std::span<const Operand* const> wri
     if (o && o->log) uses[n++] = {o->log, stream_check::AccessKind::write, o->op, describe_operand(*o)};
   for (const Operand* o : reads)
     if (o && o->log) uses[n++] = {o->log, stream_check::AccessKind::read, o->op, describe_operand(*o)};
-  std::lock_guard lock(check_mutex);
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
   raise_pending_locked();
-  if (auto hazard = checker().launch(stream_info(stream), std::span<const stream_check::Use>(uses, n)))
+  if (auto hazard = c.checker.launch(stream_info(stream), std::span<const stream_check::Use>(uses, n)))
     throw Error(ErrorKind::stream, *hazard);
 }
 
@@ -161,15 +176,17 @@ void order_after_writers(const Storage& storage, const StreamPtr& stream) {
     return;
   std::vector<std::pair<std::uint32_t, SlotEntry>> others;
   {
-    std::lock_guard lock(slot_mutex);
-    for (std::uint32_t i = 0; i < slot_table.size(); ++i)
-      if (i != stream->slot && (mask & stream_check::AccessLog::bit(i))) others.emplace_back(i, slot_table[i]);
+    SlotTable& t = slots();
+    std::lock_guard lock(t.mutex);
+    for (std::uint32_t i = 0; i < t.entries.size(); ++i)
+      if (i != stream->slot && (mask & stream_check::AccessLog::bit(i))) others.emplace_back(i, t.entries[i]);
   }
   for (const auto& [slot, entry] : others) {
     enqueue_wait(stream->handle, entry.handle, entry.device);
     if (stream_check_enabled()) {
-      std::lock_guard lock(check_mutex);
-      checker().wait_stream(stream_info(*stream), stream_check::StreamInfo{slot, 0, entry.device, false});
+      CheckState& c = state();
+      std::lock_guard lock(c.mutex);
+      c.checker.wait_stream(stream_info(*stream), stream_check::StreamInfo{slot, 0, entry.device, false});
     }
   }
 }
@@ -178,39 +195,45 @@ void wait_stream(const StreamState& waiter, const StreamState& other) {
   if (waiter.handle == other.handle) return;
   enqueue_wait(waiter.handle, other.handle, other.device);
   if (stream_check_enabled()) {
-    std::lock_guard lock(check_mutex);
-    checker().wait_stream(stream_info(waiter), stream_info(other));
+    CheckState& c = state();
+    std::lock_guard lock(c.mutex);
+    c.checker.wait_stream(stream_info(waiter), stream_info(other));
   }
 }
 
 stream_check::VectorClock check_record(const StreamState& stream) {
   if (!stream_check_enabled()) return {};
-  std::lock_guard lock(check_mutex);
-  return checker().record(stream_info(stream));
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
+  return c.checker.record(stream_info(stream));
 }
 
 void check_wait(const StreamState& stream, const stream_check::VectorClock& event) {
   if (!stream_check_enabled()) return;
-  std::lock_guard lock(check_mutex);
-  checker().wait(stream_info(stream), event);
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
+  c.checker.wait(stream_info(stream), event);
 }
 
 void check_host_wait(const stream_check::VectorClock& event) {
   if (!stream_check_enabled()) return;
-  std::lock_guard lock(check_mutex);
-  checker().host_wait(event);
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
+  c.checker.host_wait(event);
 }
 
 void check_host_wait_stream(const StreamState& stream) {
   if (!stream_check_enabled()) return;
-  std::lock_guard lock(check_mutex);
-  checker().host_wait_stream(stream_info(stream));
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
+  c.checker.host_wait_stream(stream_info(stream));
 }
 
 void check_host_wait_device(int device) {
   if (!stream_check_enabled()) return;
-  std::lock_guard lock(check_mutex);
-  checker().host_wait_device(device);
+  CheckState& c = state();
+  std::lock_guard lock(c.mutex);
+  c.checker.host_wait_device(device);
 }
 
 void note_recorded_stream(const Storage& storage, const StreamState& stream) {
@@ -220,15 +243,16 @@ void note_recorded_stream(const Storage& storage, const StreamState& stream) {
 void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexcept {
   if (!stream_check_enabled()) return;
   try {
-    std::lock_guard lock(check_mutex);
-    if (auto hazard = checker().release(log, nbytes); hazard && pending_error.empty()) pending_error = *hazard;
+    CheckState& c = state();
+    std::lock_guard lock(c.mutex);
+    if (auto hazard = c.checker.release(log, nbytes); hazard && c.pending_error.empty()) c.pending_error = *hazard;
   } catch (...) {
     // out of memory while describing the hazard: nothing sensible left to report
   }
 }
 
 void raise_pending_stream_error() {
-  std::lock_guard lock(check_mutex);
+  std::lock_guard lock(state().mutex);
   raise_pending_locked();
 }
 
