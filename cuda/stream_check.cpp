@@ -55,12 +55,12 @@ std::string hazard(const StreamInfo& stream, const Use& use, const Access& earli
   const char* kind = reading ? "read-after-write" : earlier_is_write ? "write-after-write" : "write-after-read";
   std::string here = describe(stream), there = describe(earlier.stream);
   std::string seen = describe(earlier.tensor), mine = describe(use.tensor);
-  return std::string("stream check: ") + use.op + " on " + here + " " + verb(use.kind) + " a " + mine +
-         " tensor that " + earlier.op + " " + (earlier_is_write ? "wrote" : "read") + " on " + there +
+  return std::string(use.op) + ": " + here + " " + verb(use.kind) + " a " + mine + " tensor that " + earlier.op +
+         " " + (earlier_is_write ? "wrote" : "read") + " on " + there +
          (seen == mine ? "" : " (through a " + seen + " view)") + ", and nothing orders that " +
          (earlier_is_write ? "write" : "read") + " before this " + (reading ? "read" : "write") + " (a " + kind +
-         " race). Record a cuda::Event on " + there + " after " + earlier.op + " and make " + here +
-         " wait for it (Stream::wait), or call wait_stream, or synchronize, before " + use.op;
+         " race, found by the stream check). Record a cuda::Event on " + there + " after " + earlier.op +
+         " and make " + here + " wait for it (Stream::wait), or call wait_stream, or synchronize, before " + use.op;
 }
 
 }  // namespace
@@ -161,13 +161,13 @@ std::optional<std::string> Checker::release(const AccessLog& log, std::size_t nb
     if (!bad && unsafe(r)) bad = &r;
   if (!bad) return std::nullopt;
   std::string owner = describe(*alloc), user = describe(bad->stream);
-  return "stream check: the memory of a " + describe(bad->tensor) + " tensor (" + std::to_string(nbytes) +
+  return "free: the memory of a " + describe(bad->tensor) + " tensor (" + std::to_string(nbytes) +
          " bytes, allocated on " + owner + ") was freed while " + user + " may still " +
          (bad_is_write ? "write" : "read") + " it (" + bad->op + "): the block returns to " + owner +
          "'s pool, and the next allocation there could overwrite it under that access. Call "
          "cuda::record_stream(tensor, that stream) while the tensor is alive, or make " +
          owner + " wait for " + user + " (an Event and Stream::wait, or wait_stream) before dropping the last "
-         "handle";
+         "handle (found by the stream check)";
 }
 
 }  // namespace brrr::stream_check

@@ -92,10 +92,11 @@ TEST_CASE("stream check: a read of another stream's unordered write is a hazard 
   auto hazard = run(c, reader, {read(x, "clone", desc({32, 32}))});
   REQUIRE(hazard);
   MESSAGE(*hazard);
-  CHECK(contains(*hazard, "clone on stream #5 on cuda:0 reads a [32, 32] f32 tensor"));
+  CHECK(contains(*hazard, "clone: stream #5 on cuda:0 reads a [32, 32] f32 tensor"));
   CHECK(contains(*hazard, "fill_ wrote on the default stream of cuda:0 (#1)"));
   CHECK(contains(*hazard, "through a [1024] f32 view"));
   CHECK(contains(*hazard, "read-after-write"));
+  CHECK(contains(*hazard, "stream check"));
   CHECK(contains(*hazard, "Stream::wait"));
   // Refused: nothing was recorded, so asking again gives the same answer.
   CHECK(run(c, reader, {read(x, "clone")}));
@@ -159,7 +160,7 @@ TEST_CASE("stream check: an unordered write after another stream's write is a ha
   auto hazard = run(c, stream(1), {write(x, "fill_")});
   REQUIRE(hazard);
   CHECK(contains(*hazard, "write-after-write"));
-  CHECK(contains(*hazard, "fill_ on stream #101 on cuda:0 writes"));
+  CHECK(contains(*hazard, "fill_: stream #101 on cuda:0 writes"));
   CHECK(contains(*hazard, "zeros wrote"));
 }
 
@@ -242,6 +243,7 @@ TEST_CASE("stream check: releasing memory another stream may still use is a haza
     CHECK(contains(*hazard, "[256] f32 tensor (1024 bytes, allocated on the default stream of cuda:0 (#100))"));
     CHECK(contains(*hazard, "stream #101 on cuda:0 may still read it (clone)"));
     CHECK(contains(*hazard, "record_stream"));
+    CHECK(hazard->rfind("free: ", 0) == 0);
   }
   SUBCASE("record_stream") {
     Checker c;
