@@ -13,15 +13,6 @@ module brrr.stream_check;
 
 namespace brrr::stream_check {
 
-struct AccessLog::History {
-  std::uint64_t epoch = 0;
-  std::optional<Access> write;
-  std::vector<Access> reads;  // since the write, at most one per stream slot (its newest)
-};
-
-AccessLog::AccessLog() = default;
-AccessLog::~AccessLog() = default;
-
 std::string describe(const StreamInfo& s) {
   std::string dev = "cuda:" + std::to_string(s.device);
   if (s.is_default) return "the default stream of " + dev + " (#" + std::to_string(s.id) + ")";

@@ -110,8 +110,6 @@ std::uint32_t new_stream_slot(void* handle, int device) {
   return static_cast<std::uint32_t>(t.entries.size() - 1);
 }
 
-stream_check::StreamInfo stream_info(const StreamState& s) { return {s.slot, s.id, s.device, s.is_default}; }
-
 void set_stream_check(bool on) {
   CheckState& c = state();
   std::lock_guard lock(c.mutex);

@@ -271,7 +271,7 @@ void set_stream_check(bool on);
 
 /// A number for a new CUDA stream handle of `device` (dense from 0, never reused).
 std::uint32_t new_stream_slot(void* handle, int device);
-stream_check::StreamInfo stream_info(const StreamState& stream);
+inline stream_check::StreamInfo stream_info(const StreamState& s) { return {s.slot, s.id, s.device, s.is_default}; }
 
 /// The checked path of note_access (the stream check is on). Throws Error(stream).
 void check_access(const StreamState& stream, std::span<const Operand* const> writes,

@@ -90,10 +90,9 @@ class Checker;
 /// on, guarded by the caller's lock around the Checker.
 class AccessLog {
 public:
-  AccessLog();  // out of line, like the destructor: History is private to the implementation
+  AccessLog() = default;
   AccessLog(const AccessLog&) = delete;
   AccessLog& operator=(const AccessLog&) = delete;
-  ~AccessLog();
 
   /// Bit (slot % 64) of a stream slot, as in writer_mask() and recorded_mask().
   static std::uint64_t bit(std::uint32_t slot) { return std::uint64_t(1) << (slot % 64); }
@@ -127,7 +126,13 @@ public:
 
 private:
   friend class Checker;
-  struct History;
+  // The check's record, made on the first checked access: the last write and, since it, the
+  // newest read of each stream slot.
+  struct History {
+    std::uint64_t epoch = 0;
+    std::optional<Access> write;
+    std::vector<Access> reads;
+  };
   std::atomic<std::uint64_t> writers_{0};
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<bool> host_pending_{false};
