@@ -38,6 +38,7 @@ struct PinnedBlock {
   cudaEvent_t write_event = nullptr;
   int write_device = -1;
   stream_check::VectorClock write_clock;
+  stream_check::AccessLog log;  // the Storage's stream record (reset per allocation)
 };
 
 struct PendingWrite {
@@ -48,7 +49,7 @@ struct PendingWrite {
 
 class PinnedAllocator {
 public:
-  void* allocate(std::size_t nbytes) {
+  PinnedBlock* allocate(std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     std::size_t size = std::bit_ceil(std::max<std::size_t>(nbytes, 4096));
     process_events();
@@ -75,7 +76,8 @@ public:
       blocks_[p] = block;
     }
     stats_.allocated_bytes += block->size;
-    return block->ptr;
+    block->log.reset();
+    return block;
   }
 
   void free(void* ptr) {
@@ -187,8 +189,8 @@ PinnedAllocator& pinned() {
 }  // namespace
 
 Storage allocate_pinned(std::size_t nbytes) {
-  void* p = pinned().allocate(nbytes);
-  return Storage(std::shared_ptr<void>(p, [](void* q) { pinned().free(q); }), nbytes, Device::cpu(), true);
+  PinnedBlock* b = pinned().allocate(nbytes);
+  return Storage(std::shared_ptr<void>(b->ptr, [](void* q) { pinned().free(q); }), nbytes, Device::cpu(), true, &b->log);
 }
 
 void record_pinned_use(const Storage& storage, const StreamPtr& stream) {
@@ -200,7 +202,7 @@ void check_device_errors(int device);  // cuda/device_errors.cpp
 void note_host_pending(const Storage& storage, const StreamPtr& stream) {
   if (!storage.pinned() || !storage.data()) return;
   pinned().record_write(storage.data(), stream, check_record(*stream));
-  storage.access_log()->set_host_pending(true);
+  if (stream_check::AccessLog* log = storage.access_log()) log->set_host_pending(true);
 }
 
 void wait_host_pending(const Storage& storage, const char* api) {

@@ -313,8 +313,9 @@ void check_host_wait_stream(const StreamState& stream);
 void check_host_wait_device(int device);
 /// cuda::record_stream(storage, stream): remembered for the check of frees.
 void note_recorded_stream(const Storage& storage, const StreamState& stream);
-/// From ~Storage: with the check on, checks that releasing the memory is safe. Cannot
-/// throw: a hazard is kept and thrown (Error(stream)) by the next checked call.
+/// From the caching allocator's deleter (a Storage's last handle is gone): with the check on,
+/// checks that releasing the memory is safe. Cannot throw: a hazard is kept and thrown
+/// (Error(stream)) by the next checked call.
 void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexcept;
 /// Throws the hazard note_release kept, if any (called by checked calls and note_sync).
 void raise_pending_stream_error();

@@ -84,15 +84,27 @@ struct Access {
 
 class Checker;
 
-/// What brrr knows about the streams that used one storage; every Storage holds one.
-/// The writer and record_stream masks are kept always (a relaxed load per written operand,
-/// an atomic or only when a new stream writes); the access history only while the check is
-/// on, guarded by the caller's lock around the Checker.
+/// What brrr knows about the streams that used one allocation. The allocators keep one in
+/// each block they hand out (reset for every new allocation) and the Storage points at it;
+/// memory brrr does not allocate for devices (the CPU heap) has none. The writer and
+/// record_stream masks are kept always (a relaxed load per written operand, an atomic or only
+/// when a new stream writes); the access history only while the check is on, guarded by the
+/// caller's lock around the Checker.
 class AccessLog {
 public:
   AccessLog() = default;
   AccessLog(const AccessLog&) = delete;
   AccessLog& operator=(const AccessLog&) = delete;
+
+  /// Forgets everything, for a new allocation of the same memory (the caller has the only
+  /// access: the allocator, under its lock).
+  void reset() noexcept {
+    writers_.store(0, std::memory_order_relaxed);
+    recorded_.store(0, std::memory_order_relaxed);
+    host_pending_.store(false, std::memory_order_relaxed);
+    has_alloc_ = false;
+    history_.reset();
+  }
 
   /// Bit (slot % 64) of a stream slot, as in writer_mask() and recorded_mask().
   static std::uint64_t bit(std::uint32_t slot) { return std::uint64_t(1) << (slot % 64); }

@@ -164,8 +164,11 @@ std::int64_t checked_numel(const Shape& sizes, const char* op);
 class Storage {
 public:
   Storage() = default;
-  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory).
-  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false);
+  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory). `log` (internal):
+  /// the stream record the allocator keeps for these bytes (brrr's CUDA and pinned
+  /// allocators), valid while `data` is.
+  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false,
+          stream_check::AccessLog* log = nullptr);
   /// Allocates `nbytes` on `device` (pinned host memory when `pinned`). Uninitialised.
   /// CUDA allocations are stream-ordered on the device's current stream.
   static Storage allocate(std::size_t nbytes, Device device, bool pinned = false);
@@ -182,7 +185,7 @@ public:
   long use_count() const { return impl_.use_count(); }
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
   /// Internal (the CUDA runtime's): the streams that wrote and read these bytes
-  /// (cuda/stream_order.cpp); nullptr for an undefined Storage.
+  /// (cuda/stream_order.cpp); nullptr for an undefined Storage and for CPU heap memory.
   stream_check::AccessLog* access_log() const;
 
 private:
@@ -531,17 +534,12 @@ private:
 namespace brrr {
 
 struct Storage::Impl {
-  Impl() = default;
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
-  ~Impl();  // with the stream check on, checks that no other stream still uses the memory
-            // before `data` is released
   std::shared_ptr<void> data;
   std::size_t nbytes = 0;
   Device device;
   bool pinned = false;
   mutable std::uint64_t version = 0;
-  mutable stream_check::AccessLog log;  // the streams that used the bytes (ignored on the CPU heap)
+  stream_check::AccessLog* log = nullptr;  // in the allocator's block (see access_log())
 };
 
 struct Tensor::Impl {

@@ -9,12 +9,14 @@ import brrr.stream_check;
 
 namespace brrr {
 
-Storage::Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned)
+Storage::Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned,
+                 stream_check::AccessLog* log)
     : impl_(std::make_shared<Impl>()) {
   impl_->data = std::move(data);
   impl_->nbytes = nbytes;
   impl_->device = device;
   impl_->pinned = pinned;
+  impl_->log = log;
 }
 
 Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
@@ -37,13 +39,7 @@ Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
   throw Error(ErrorKind::device, "Storage::allocate: unknown device");
 }
 
-Storage::Impl::~Impl() {
-  // Before `data`'s deleter hands the block back to the allocator; cannot throw here, so a
-  // hazard is reported by the next checked call (backend::note_release).
-  if (data && device.is_cuda() && log.has_history()) backend::note_release(log, nbytes);
-}
-
-stream_check::AccessLog* Storage::access_log() const { return impl_ ? &impl_->log : nullptr; }
+stream_check::AccessLog* Storage::access_log() const { return impl_ ? impl_->log : nullptr; }
 
 void* Storage::data() const { return impl_ ? impl_->data.get() : nullptr; }
 std::size_t Storage::nbytes() const { return impl_ ? impl_->nbytes : 0; }

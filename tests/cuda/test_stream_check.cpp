@@ -289,7 +289,7 @@ TEST_CASE("stream check: a new epoch forgets earlier accesses") {
   CHECK(x.has_history());
 }
 
-TEST_CASE("stream check: the always-on masks of an access log") {
+TEST_CASE("stream check: the always-on masks of an access log, and its reset for a new allocation") {
   AccessLog log;
   CHECK(log.writer_mask() == 0);
   log.note_writer(3);
@@ -307,6 +307,17 @@ TEST_CASE("stream check: the always-on masks of an access log") {
   log.set_host_pending(true);
   CHECK(log.host_pending());
   CHECK_FALSE(log.has_history());
+  // A new allocation of the same block starts from nothing.
+  Checker c;
+  REQUIRE_FALSE(run(c, stream(1), {write(log, "fill_")}));
+  CHECK(log.has_history());
+  log.reset();
+  CHECK(log.writer_mask() == 0);
+  CHECK(log.recorded_mask() == 0);
+  CHECK(log.allocation_stream() == nullptr);
+  CHECK_FALSE(log.host_pending());
+  CHECK_FALSE(log.has_history());
+  CHECK_FALSE(run(c, stream(2), {read(log, "sum")}));  // the old write is gone
 }
 
 // --- an independent model: happens-before as explicit sets of operation numbers ---------------
