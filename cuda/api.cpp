@@ -8,10 +8,10 @@ module;
 #include <string>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.cuda;
 import brrr.tensor;
 import brrr.backend;
-import brrr.stream_check;
 
 namespace brrr::cuda {
 

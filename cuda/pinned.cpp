@@ -20,9 +20,9 @@ module;
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
-import brrr.stream_check;
 
 namespace brrr::backend {
 
@@ -196,8 +196,6 @@ Storage allocate_pinned(std::size_t nbytes) {
 void record_pinned_use(const Storage& storage, const StreamPtr& stream) {
   if (storage.pinned()) pinned().record_use(storage.data(), stream);
 }
-
-void check_device_errors(int device);  // cuda/device_errors.cpp
 
 void note_host_pending(const Storage& storage, const StreamPtr& stream) {
   if (!storage.pinned() || !storage.data()) return;

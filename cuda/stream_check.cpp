@@ -1,6 +1,8 @@
-// The stream check's logic (modules/stream_check.cppm): vector clocks per stream slot and
-// the host, per-storage access histories, and the messages of the hazards they reveal.
-module;
+// The stream check's logic (backend/stream_check.hpp): vector clocks per stream slot and the
+// host, per-allocation access histories, and the messages of the hazards they reveal. A
+// plain translation unit (no module), like the header.
+#include "backend/stream_check.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -9,7 +11,6 @@ module;
 #include <span>
 #include <string>
 #include <vector>
-module brrr.stream_check;
 
 namespace brrr::stream_check {
 

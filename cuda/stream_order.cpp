@@ -17,9 +17,9 @@ module;
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
-import brrr.stream_check;
 
 namespace brrr::backend {
 

@@ -3,9 +3,10 @@ module;
 #include <memory>
 #include <new>
 #include <string>
+
+#include "backend/stream_check.hpp"
 module brrr.tensor;
 import brrr.backend;
-import brrr.stream_check;
 
 namespace brrr {
 

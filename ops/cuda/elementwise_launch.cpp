@@ -1,6 +1,7 @@
 // CudaBackend's elementwise members: check the launch status of ops/cuda/elementwise.cu.
 // Integer rounding divisions pass the deferred device error flag for zero divisors.
 module;
+#include "backend/contract.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_error_codes.hpp"
 #include "ops/cuda/kernels.hpp"
@@ -8,9 +9,6 @@ module brrr.backend;
 import brrr.tensor;
 
 namespace brrr::backend {
-
-kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
-int* device_error_flag(int device);          // cuda/device_errors.cpp
 
 namespace {
 
@@ -37,7 +35,7 @@ void CudaBackend::unary(UnaryOp op, const Operand& out, const Operand& in, doubl
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
   note_access(*stream, {&out}, {&in});
-  BRRR_CUDA_CHECK(kernels::unary(static_cast<int>(op), strided(out), strided(in), p0, p1, stream->handle));
+  BRRR_CUDA_CHECK(kernels::unary(op, out, in, p0, p1, stream->handle));
 }
 
 void CudaBackend::binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) {
@@ -45,8 +43,7 @@ void CudaBackend::binary(BinaryOp op, const Operand& out, const Operand& a, cons
   StreamPtr stream = current_stream(out.device);
   note_access(*stream, {&out}, {&a, &b});
   DivisionReport r = division_report(op, out);
-  BRRR_CUDA_CHECK(kernels::binary(static_cast<int>(op), strided(out), strided(a), strided(b), r.flag, r.code,
-                                  stream->handle));
+  BRRR_CUDA_CHECK(kernels::binary(op, out, a, b, r.flag, r.code, stream->handle));
 }
 
 void CudaBackend::binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) {
@@ -54,15 +51,15 @@ void CudaBackend::binary_scalar(BinaryOp op, const Operand& out, const Operand& 
   StreamPtr stream = current_stream(out.device);
   note_access(*stream, {&out}, {&a});
   DivisionReport r = division_report(op, out);
-  BRRR_CUDA_CHECK(kernels::binary_scalar(static_cast<int>(op), strided(out), strided(a), s, scalar_first, r.flag,
-                                         r.code, stream->handle));
+  BRRR_CUDA_CHECK(kernels::binary_scalar(op, out, a, s, scalar_first, r.flag, r.code,
+                                         stream->handle));
 }
 
 void CudaBackend::where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
   note_access(*stream, {&out}, {&cond, &a, &b});
-  BRRR_CUDA_CHECK(kernels::where(strided(out), strided(cond), strided(a), strided(b), stream->handle));
+  BRRR_CUDA_CHECK(kernels::where(out, cond, a, b, stream->handle));
 }
 
 }  // namespace brrr::backend

@@ -40,9 +40,9 @@ module;
 #include <unordered_map>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
-import brrr.stream_check;
 
 namespace brrr::backend {
 

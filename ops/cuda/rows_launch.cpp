@@ -32,7 +32,7 @@ void CudaBackend::softmax(const Operand& out, const Operand& in, bool log) {
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
   note_access(*stream, {&out}, {&in});
-  BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, static_cast<kernels::ScalarType>(in.dtype), rc.rows, rc.cols,
+  BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, in.dtype, rc.rows, rc.cols,
                                         log, stream->handle));
 }
 
@@ -44,7 +44,7 @@ void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Oper
   StreamPtr stream = current_stream(out.device);
   note_access(*stream, {&out, &mean, &rstd}, {&in, weight, bias});
   BRRR_CUDA_CHECK(kernels::layer_norm_rows(out.data, mean.data, rstd.data, in.data, weight ? weight->data : nullptr,
-                                           bias ? bias->data : nullptr, static_cast<kernels::ScalarType>(in.dtype),
+                                           bias ? bias->data : nullptr, in.dtype,
                                            rc.rows, rc.cols, eps, stream->handle));
 }
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/stream_check.hpp"
 import brrr;
-import brrr.stream_check;
 #include "tests/tensor/helpers.hpp"
 
 using namespace brrr::stream_check;

@@ -1,7 +1,9 @@
-// brrr.stream_check — internal: which streams touched which storage, and the vector-clock
-// logic that decides whether two accesses on different streams are ordered. Plain C++ (no
-// CUDA, no brrr types), so the hazard rules are unit-tested on any machine
-// (tests/cuda/test_stream_check.cpp). The CUDA runtime feeds it (cuda/stream_order.cpp).
+// backend/stream_check.hpp — internal: which streams touched which allocation, and the
+// vector-clock logic that decides whether two accesses on different streams are ordered.
+// Plain C++ (standard headers only, no CUDA, no brrr types), like backend/contract.hpp: the
+// interface of brrr.backend includes it, and the hazard rules are unit-tested on any machine
+// (tests/cuda/test_stream_check.cpp). Implemented in cuda/stream_check.cpp; the CUDA runtime
+// feeds it (cuda/stream_order.cpp).
 //
 // The model, after PyTorch's CUDA sanitizer (torch/cuda/_sanitizer.py, TORCH_CUDA_SANITIZER):
 // - every stream slot S has a logical clock; each operation enqueued on S advances S's own
@@ -18,7 +20,7 @@
 // (write-after-write, write-after-read), is a hazard. So is releasing memory to the pool of
 // the stream it was allocated on while an access on another stream is not ordered before
 // that stream's later work and the other stream was not given with record_stream.
-module;
+#pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -27,9 +29,8 @@ module;
 #include <span>
 #include <string>
 #include <vector>
-export module brrr.stream_check;
 
-export namespace brrr::stream_check {
+namespace brrr::stream_check {
 
 /// Most sizes a tensor description keeps (brrr's operands have at most 8 dims).
 inline constexpr int max_dims = 8;
