@@ -13,15 +13,22 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "backend/stream_check.hpp"
 #include "common.hpp"
 import brrr.backend;
 
 using namespace brrr;
 
 int main() {
-  // One binary op's operands: out = a + b, 1024 f32 each (CPU storages: only their logs matter).
+  // One binary op's operands: out = a + b, 1024 f32 each, with the stream records a device
+  // allocation would carry (CPU heap memory has none: brrr's allocators keep them).
   Tensor a = randn({1024}), b = randn({1024}), out = empty({1024});
   backend::Operand oa = backend::operand(a, "add"), ob = backend::operand(b, "add"), oo = backend::operand(out, "add");
+  stream_check::AccessLog la, lb, lo;
+  oa.log = &la;
+  ob.log = &lb;
+  oo.log = &lo;
   std::vector<backend::StreamState> streams;
   for (std::uint32_t i = 0; i < 8; ++i)
     streams.push_back({0, nullptr, 0, i == 0, 1000 + i, i});  // stand-ins: the bookkeeping needs no CUDA call
