@@ -586,3 +586,29 @@ TEST_CASE("stream check: the DataLoader's prefetch on its transfer stream runs c
   CHECK(again == n);
   cuda::synchronize(dev);
 }
+
+TEST_CASE("copies between two GPUs are ordered on both sides (needs 2 devices)") {
+  if (cuda::device_count() < 2) {
+    MESSAGE("one CUDA device: nothing to check");
+    return;
+  }
+  Device d0 = Device::cuda(0), d1 = Device::cuda(1);
+  cuda::Stream side = cuda::Stream::create(d0);
+  CHECK_THROWS_AS(side.wait_stream(cuda::current_stream(d1)), Error);  // one device only
+  cuda::StreamCheckGuard check(true);
+  Tensor x = zeros({1 << 20}, {.device = d0});
+  cuda::current_stream(d0).synchronize();
+  {
+    Held held(side, hold_ms);
+    side.wait_stream(cuda::current_stream(d0));
+    {
+      cuda::StreamGuard g(side);
+      x.fill_(3.0);  // written on a side stream of cuda:0, held at the gate
+    }
+    Tensor y = x.to(d1);  // the peer copy waits for x's writer, on the device
+    CHECK(all_equal(y.to_host<float>(), 3.0f));
+    CHECK_FALSE(held.gate.timed_out());
+  }
+  cuda::synchronize(d0);
+  cuda::synchronize(d1);
+}
