@@ -300,7 +300,7 @@ private:
 };
 
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
-  OpRange range(name_of(op));
+  NvtxRange range(name_of(op));
   Tensor out = binary_forward(op, a, b);
   if (is_comparison(op) || !autograd::any_requires_grad({a, b}) || !is_floating_point(out.dtype())) return out;
   std::shared_ptr<autograd::Node> node;
@@ -323,7 +323,7 @@ Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor scalar_op(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar_first) {
-  OpRange range(name_of(op));
+  NvtxRange range(name_of(op));
   Tensor out = scalar_forward(op, a, s, scalar_first);
   if (is_comparison(op) || !autograd::any_requires_grad({a}) || !is_floating_point(out.dtype())) return out;
   auto node = std::make_shared<ScalarBackward>(op, a, s.value, scalar_first);
@@ -390,7 +390,7 @@ Tensor gt(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::gt, a, b, fals
 Tensor ge(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::ge, a, b, false); }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  OpRange range("where");
+  NvtxRange range("where");
   require_defined("where", condition, "condition");
   require_defined("where", a, "first operand");
   require_defined("where", b, "second operand");

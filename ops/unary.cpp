@@ -123,7 +123,7 @@ bool saves_output(UnaryOp op) {
 }
 
 Tensor unary_op(UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0) {
-  OpRange range(name_of(op));
+  NvtxRange range(name_of(op));
   Tensor out = unary_forward(op, x, p0, p1);
   if (!autograd::any_requires_grad({x}) || !is_floating_point(out.dtype())) return out;
   // Ops differentiated through their output do not keep the input alive.
