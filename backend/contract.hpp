@@ -107,11 +107,9 @@ struct OptimizerStep {
   OptimizerKind kind = OptimizerKind::sgd;
   DType dtype = DType::f32;
   int device = -1;
-  std::vector<void*> params, grads, state1, state2, state3;
+  std::vector<void*> params, state1, state2, state3;
+  std::vector<const void*> grads;
   std::vector<std::int64_t> numels;
-  /// Stream records per tensor (host-side, for note_access): params and states are written,
-  /// grads read. nullptr where a tensor has none.
-  std::vector<stream_check::AccessLog*> param_logs, grad_logs, state1_logs, state2_logs, state3_logs;
   double lr = 0, weight_decay = 0;
   double momentum = 0, dampening = 0;                 ///< SGD
   bool nesterov = false, first_step = false;          ///< SGD: first_step initialises momentum = grad
@@ -134,8 +132,6 @@ struct GemmArgs {
   void* c = nullptr;
   double alpha = 1, beta = 0;
   bool allow_tf32 = false;
-  /// Stream records of the three storages (host-side, for note_access): a, b read, c written.
-  stream_check::AccessLog *a_log = nullptr, *b_log = nullptr, *c_log = nullptr;
 };
 
 /// What a random fill draws.

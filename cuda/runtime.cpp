@@ -14,6 +14,7 @@ module;
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -129,6 +130,12 @@ StreamPtr current_stream(int device) {
   StreamPtr& s = thread_current()[static_cast<std::size_t>(device)];
   if (!s) s = default_stream(device);
   return s;
+}
+
+const StreamState& current_stream_state(int device) {
+  StreamPtr& s = thread_current()[static_cast<std::size_t>(device)];
+  if (!s) s = default_stream(device);
+  return *s;
 }
 
 void set_current_stream(StreamPtr stream) {
@@ -249,8 +256,7 @@ void copy_device_to_host(void* dst, const Tensor& src, std::size_t bytes, const 
   // under a StreamGuard, ordered by events): the copy waits for them, so a host read is
   // never stale whatever the current stream.
   order_after_writers(src.storage(), stream);
-  Operand from = tracked(src, api);
-  note_access(*stream, {}, {&from});
+  note_access(*stream, tracked(src, api), stream_check::AccessKind::read);
   DeviceGuard g(device);
   auto s = static_cast<cudaStream_t>(stream->handle);
   BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src.data_ptr(), bytes, cudaMemcpyDeviceToHost, s));

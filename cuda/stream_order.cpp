@@ -118,26 +118,12 @@ void set_stream_check(bool on) {
   stream_check_flag.store(on);
 }
 
-void check_access(const StreamState& stream, std::span<const Operand* const> writes,
-                  std::span<const Operand* const> reads) {
-  // On the stack for every op but the optimizers' multi-tensor steps.
-  constexpr std::size_t inline_uses = 8;
-  stream_check::Use local[inline_uses];
-  std::vector<stream_check::Use> many;
-  stream_check::Use* uses = local;
-  if (writes.size() + reads.size() > inline_uses) {
-    many.resize(writes.size() + reads.size());
-    uses = many.data();
-  }
-  std::size_t n = 0;
-  for (const Operand* o : writes)
-    if (o && o->log) uses[n++] = {o->log, stream_check::AccessKind::write, o->op, describe_operand(*o)};
-  for (const Operand* o : reads)
-    if (o && o->log) uses[n++] = {o->log, stream_check::AccessKind::read, o->op, describe_operand(*o)};
+void check_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind) {
+  stream_check::Use use{o.log, kind, o.op, describe_operand(o)};
   CheckState& c = state();
   std::lock_guard lock(c.mutex);
   raise_pending_locked();
-  if (auto hazard = c.checker.launch(stream_info(stream), std::span<const stream_check::Use>(uses, n)))
+  if (auto hazard = c.checker.launch(stream_info(stream), std::span<const stream_check::Use>(&use, 1)))
     throw Error(ErrorKind::stream, *hazard);
 }
 

@@ -8,10 +8,8 @@ module;
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <memory>
-#include <span>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -42,13 +40,19 @@ using backend::UnaryOp;
 using backend::Window2d;
 using backend::with_op;
 
-/// The operand of `t` (any layout). Throws Error(shape) past max_dims dims. On the CPU, first
-/// waits for an asynchronous copy into `t`'s pinned memory that may still run (a host read
-/// or write; wait_host_pending).
-Operand operand(const Tensor& t, const char* op);
-/// The stream record of `t`'s storage (nullptr when undefined or on the CPU heap), for
-/// GemmArgs and OptimizerStep.
-stream_check::AccessLog* access_log(const Tensor& t);
+/// The operand of a tensor (any layout) for a kernel launch: `input` for a tensor the kernel
+/// reads, `output` for one it writes (in-place updates included). Every launch builds its
+/// operands with these (gemm and optimizer steps take their pointers from them), so they
+/// are the one place that sees the tensors of each launch, read vs write, on the stream the
+/// launch will use (the device's current one): where the stream bookkeeping hooks (each
+/// CUDA tensor passes note_access on the current stream). Both throw Error(shape) naming `op`
+/// past max_dims dims, or Error(stream) from the stream check. On the CPU they first wait for
+/// an asynchronous copy into `t`'s pinned memory that may still run (wait_host_pending).
+Operand input(const Tensor& t, const char* op);
+Operand output(const Tensor& t, const char* op);
+/// The same for kernels that take bare pointers (gemm, optimizer steps): t's data_ptr().
+const void* input_data(const Tensor& t, const char* op);
+void* output_data(const Tensor& t, const char* op);
 
 // The contract: every kernel both backends implement, each written once here. X(name,
 // (parameters)) generates Backend's pure virtual member and the CpuBackend and CudaBackend
@@ -199,7 +203,7 @@ void set_sync_policy(SyncPolicy policy);
 SyncPolicy sync_policy();
 
 // --- stream bookkeeping (cuda/stream_order.cpp) ----------------------------------------
-// Always on: each storage remembers the streams that enqueued writes to it, so that host
+// Always on: each allocation remembers the streams that enqueued writes to it, so that host
 // reads wait for them. With the stream check on (cuda::set_stream_check, BRRR_STREAM_CHECK=1),
 // every access also goes through a stream_check::Checker, under one lock.
 
@@ -214,28 +218,27 @@ void set_stream_check(bool on);
 /// A number for a new CUDA stream handle of `device` (dense from 0, never reused).
 std::uint32_t new_stream_slot(void* handle, int device);
 inline stream_check::StreamInfo stream_info(const StreamState& s) { return {s.slot, s.id, s.device, s.is_default}; }
+/// This thread's current stream of `device` by reference, without copying the handle: valid
+/// until this thread's next StreamGuard change. `device` must be a valid CUDA device index.
+const StreamState& current_stream_state(int device);
 
 /// The checked path of note_access (the stream check is on). Throws Error(stream).
-void check_access(const StreamState& stream, std::span<const Operand* const> writes,
-                  std::span<const Operand* const> reads);
-/// THE hook: every piece of work brrr enqueues on `stream` (kernels, copies, cuBLAS calls,
-/// random draws, optimizer steps) is announced here first with the operands it writes and
-/// reads (nullptr entries and operands without a log are skipped). Always: `stream` becomes
-/// a writer of each written storage. With the check on: throws Error(stream) for an access
-/// not ordered after a conflicting one on another stream, before anything is enqueued.
-inline void note_access(const StreamState& stream, std::span<const Operand* const> writes,
-                        std::span<const Operand* const> reads) {
-  for (const Operand* w : writes)
-    if (w && w->log) w->log->note_writer(stream.slot);
-  if (stream_check_enabled()) [[unlikely]] check_access(stream, writes, reads);
+void check_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind);
+/// THE hook: every tensor of every piece of device work brrr enqueues passes here first,
+/// with the stream that will run it and whether the work reads or writes it. Kernel launches
+/// reach it through input()/output() (and input_data()/output_data() for gemm and optimizer
+/// steps); the copies of tensor/convert.cpp and cuda/runtime.cpp call it directly. Operands
+/// without a stream record (CPU heap memory) or without elements are skipped. Always: a write
+/// makes `stream` a writer of the storage (host reads wait for it). With the check on: throws
+/// Error(stream) for an access not ordered after a conflicting one on another stream, before
+/// anything is enqueued.
+inline void note_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind) {
+  if (!o.log || o.numel == 0) return;
+  if (kind == stream_check::AccessKind::write) o.log->note_writer(stream.slot);
+  if (stream_check_enabled()) [[unlikely]] check_access(stream, o, kind);
 }
-inline void note_access(const StreamState& stream, std::initializer_list<const Operand*> writes,
-                        std::initializer_list<const Operand*> reads) {
-  note_access(stream, std::span<const Operand* const>(writes.begin(), writes.size()),
-              std::span<const Operand* const>(reads.begin(), reads.size()));
-}
-/// An Operand of `t` for note_access only (never for a kernel): like operand(), but a tensor
-/// of more than max_dims dims is described by its element count instead of throwing.
+/// An Operand of `t` for note_access only (never for a kernel): like input()/output(), but a
+/// tensor of more than max_dims dims is described by its element count instead of throwing.
 Operand tracked(const Tensor& t, const char* op);
 
 /// Makes `stream` wait, on the device, for every other stream that enqueued writes to
@@ -261,6 +264,7 @@ void note_recorded_stream(const Storage& storage, const StreamState& stream);
 void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexcept;
 /// Throws the hazard note_release kept, if any (called by checked calls and note_sync).
 void raise_pending_stream_error();
+
 
 /// Blocking helpers: each calls note_sync(api), waits, then raises any deferred device error
 /// (an out-of-range index met by a kernel; cuda/device_errors.cpp) as Error(index).

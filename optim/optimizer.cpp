@@ -66,17 +66,12 @@ struct Group {
 };
 
 void add_to(Group& g, const Tensor& p, const Tensor& grad, const Tensor& s1, const Tensor& s2, const Tensor& s3) {
-  g.step.params.push_back(p.data_ptr());
-  g.step.grads.push_back(grad.data_ptr());
-  g.step.state1.push_back(s1.defined() ? s1.data_ptr() : nullptr);
-  g.step.state2.push_back(s2.defined() ? s2.data_ptr() : nullptr);
-  g.step.state3.push_back(s3.defined() ? s3.data_ptr() : nullptr);
+  g.step.params.push_back(backend::output_data(p, "optimizer step"));
+  g.step.grads.push_back(backend::input_data(grad, "optimizer step"));
+  g.step.state1.push_back(s1.defined() ? backend::output_data(s1, "optimizer step") : nullptr);
+  g.step.state2.push_back(s2.defined() ? backend::output_data(s2, "optimizer step") : nullptr);
+  g.step.state3.push_back(s3.defined() ? backend::output_data(s3, "optimizer step") : nullptr);
   g.step.numels.push_back(p.numel());
-  g.step.param_logs.push_back(backend::access_log(p));  // for the stream bookkeeping
-  g.step.grad_logs.push_back(backend::access_log(grad));
-  g.step.state1_logs.push_back(backend::access_log(s1));
-  g.step.state2_logs.push_back(backend::access_log(s2));
-  g.step.state3_logs.push_back(backend::access_log(s3));
 }
 
 // A state buffer for `p`: zeros on first use (or when the parameter's shape changed), moved

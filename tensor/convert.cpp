@@ -5,6 +5,8 @@ module;
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "backend/stream_check.hpp"
 module brrr.tensor;
 import brrr.backend;
 
@@ -26,8 +28,8 @@ void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), bytes);
   } else if (dd.is_cuda() && sd.is_cpu()) {
     auto stream = backend::current_stream(dd.index());
-    backend::Operand to = backend::tracked(dst, op), from = backend::tracked(src, op);
-    backend::note_access(*stream, {&to}, {&from});
+    backend::note_access(*stream, backend::tracked(dst, op), stream_check::AccessKind::write);
+    backend::note_access(*stream, backend::tracked(src, op), stream_check::AccessKind::read);
     if (src.is_pinned()) {
       backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::host_to_device, stream);
       backend::record_pinned_use(src.storage(), stream);
@@ -43,8 +45,8 @@ void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
       // the host then waits for the copy before it reads the destination (wait_host_pending).
       auto stream = backend::current_stream(sd.index());
       backend::order_after_writers(src.storage(), stream);
-      backend::Operand to = backend::tracked(dst, op), from = backend::tracked(src, op);
-      backend::note_access(*stream, {&to}, {&from});
+      backend::note_access(*stream, backend::tracked(dst, op), stream_check::AccessKind::write);
+      backend::note_access(*stream, backend::tracked(src, op), stream_check::AccessKind::read);
       backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::device_to_host, stream);
       backend::record_pinned_use(dst.storage(), stream);
       backend::note_host_pending(dst.storage(), stream);
@@ -61,8 +63,8 @@ void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
     backend::order_after_writers(src.storage(), stream);
     backend::StreamPtr src_stream = dd == sd ? nullptr : backend::current_stream(sd.index());
     if (src_stream) backend::wait_stream(*stream, *src_stream);
-    backend::Operand to = backend::tracked(dst, op), from = backend::tracked(src, op);
-    backend::note_access(*stream, {&to}, {&from});
+    backend::note_access(*stream, backend::tracked(dst, op), stream_check::AccessKind::write);
+    backend::note_access(*stream, backend::tracked(src, op), stream_check::AccessKind::read);
     backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::device_to_device, stream);
     if (src_stream) backend::wait_stream(*src_stream, *stream);
   }
@@ -97,7 +99,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
   }
   Device dd = device(), sd = src.device();
   if (dd == sd) {
-    if (numel() > 0) backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(src, "copy_"));
+    if (numel() > 0) backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(src, "copy_"));
   } else if (dd.is_cuda() && sd.is_cuda()) {
     // Different GPUs: make the bytes contiguous in the destination dtype, then copy peer to peer.
     Tensor staged = src.to(dtype()).contiguous();
@@ -106,7 +108,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     } else {
       Tensor tmp = empty(shape(), {.dtype = dtype(), .device = dd});
       copy_bytes(tmp, staged, options.non_blocking);
-      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+      backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(tmp, "copy_"));
     }
   } else if (dd.is_cuda()) {
     // Host to device: convert and compact on the host, where it is cheap, then one transfer.
@@ -116,7 +118,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     } else {
       Tensor tmp = empty(shape(), {.dtype = dtype(), .device = dd});
       copy_bytes(tmp, staged, options.non_blocking);
-      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+      backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(tmp, "copy_"));
     }
   } else {
     // Device to host: convert and compact on the device, then one transfer of numel elements.
@@ -128,7 +130,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     } else {
       Tensor tmp = empty(shape(), {.dtype = dtype()});
       copy_bytes(tmp, staged, false);
-      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+      backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(tmp, "copy_"));
     }
   }
   storage().bump_version();
@@ -138,41 +140,28 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
 Tensor& Tensor::fill_(double value) {
   checked("fill_");
   check_inplace("fill_", *this, nullptr);
-  if (numel() > 0) backend::backend_for(device()).fill(backend::operand(*this, "fill_"), value);
+  if (numel() > 0) backend::backend_for(device()).fill(backend::output(*this, "fill_"), value);
   storage().bump_version();
   return *this;
-}
-
-namespace view_autograd {  // ops/view_backward.cpp
-void record_identity(const char* op, const Tensor& input, const Tensor& out);
 }
 
 Tensor Tensor::clone() const {
   const Impl& i = checked("clone");
   Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device()});
   if (out.numel() > 0)
-    backend::backend_for(device()).copy(backend::operand(out, "clone"), backend::operand(*this, "clone"));
+    backend::backend_for(device()).copy(backend::output(out, "clone"), backend::input(*this, "clone"));
   if (autograd::any_requires_grad({*this}) && is_floating_point(i.dtype))
-    view_autograd::record_identity("Clone", *this, out);
+    view_autograd::record_identity("CloneBackward", *this, out);
   return out;
 }
 
 namespace {
 // The gradient of a dtype or device conversion: converted back.
-class ToBackward final : public autograd::Node {
-public:
-  ToBackward(DType dtype, Device device) : dtype_(dtype), device_(device) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override { return {g[0].to(device_).to(dtype_)}; }
-  std::string name() const override { return "ToBackward"; }
-
-private:
-  DType dtype_;
-  Device device_;
-};
-
 Tensor record_to(const Tensor& in, Tensor out) {
   if (autograd::any_requires_grad({in}) && is_floating_point(out.dtype()))
-    autograd::connect(std::make_shared<ToBackward>(in.dtype(), in.device()), {in}, {out});
+    autograd::record("ToBackward", {in}, {out}, [dtype = in.dtype(), device = in.device()](const autograd::Backward& b) {
+      return autograd::Grads{b.grad().to(device).to(dtype)};
+    });
   return out;
 }
 }  // namespace
@@ -182,7 +171,7 @@ Tensor Tensor::to(DType dtype) const {
   if (i.dtype == dtype) return *this;
   Tensor out = empty(i.layout.sizes, {.dtype = dtype, .device = device()});
   if (out.numel() > 0)
-    backend::backend_for(device()).copy(backend::operand(out, "to"), backend::operand(*this, "to"));
+    backend::backend_for(device()).copy(backend::output(out, "to"), backend::input(*this, "to"));
   return record_to(*this, std::move(out));
 }
 

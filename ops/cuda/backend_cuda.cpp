@@ -22,23 +22,17 @@ namespace brrr::backend {
 
 void CudaBackend::fill(const Operand& out, double value) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {});
-  BRRR_CUDA_CHECK(kernels::fill(out, value, stream->handle));
+  BRRR_CUDA_CHECK(kernels::fill(out, value, current_stream(out.device)->handle));
 }
 
 void CudaBackend::copy(const Operand& dst, const Operand& src) {
   DeviceGuard g(dst.device);
-  StreamPtr stream = current_stream(dst.device);
-  note_access(*stream, {&dst}, {&src});
-  BRRR_CUDA_CHECK(kernels::copy(dst, src, stream->handle));
+  BRRR_CUDA_CHECK(kernels::copy(dst, src, current_stream(dst.device)->handle));
 }
 
 void CudaBackend::arange(const Operand& out, double start, double step) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {});
-  BRRR_CUDA_CHECK(kernels::arange(out, start, step, stream->handle));
+  BRRR_CUDA_CHECK(kernels::arange(out, start, step, current_stream(out.device)->handle));
 }
 
 namespace {
@@ -60,7 +54,6 @@ void CudaBackend::random(const Operand& out, Distribution dist, std::uint64_t se
   int dev = out.device;
   DeviceGuard g(dev);
   StreamPtr stream = current_stream(dev);
-  note_access(*stream, {&out}, {});
   std::uint64_t n = random_words(dist, out.dtype, out.numel);
   // The words live in a stream-ordered scratch block: released when this scope ends, reused
   // by later work on the same stream only after the transform kernel has read them.

@@ -33,33 +33,25 @@ DivisionReport division_report(BinaryOp op, const Operand& out) {
 
 void CudaBackend::unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&in});
-  BRRR_CUDA_CHECK(kernels::unary(op, out, in, p0, p1, stream->handle));
+  BRRR_CUDA_CHECK(kernels::unary(op, out, in, p0, p1, current_stream(out.device)->handle));
 }
 
 void CudaBackend::binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&a, &b});
   DivisionReport r = division_report(op, out);
-  BRRR_CUDA_CHECK(kernels::binary(op, out, a, b, r.flag, r.code, stream->handle));
+  BRRR_CUDA_CHECK(kernels::binary(op, out, a, b, r.flag, r.code, current_stream(out.device)->handle));
 }
 
 void CudaBackend::binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&a});
   DivisionReport r = division_report(op, out);
   BRRR_CUDA_CHECK(kernels::binary_scalar(op, out, a, s, scalar_first, r.flag, r.code,
-                                         stream->handle));
+                                         current_stream(out.device)->handle));
 }
 
 void CudaBackend::where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&cond, &a, &b});
-  BRRR_CUDA_CHECK(kernels::where(out, cond, a, b, stream->handle));
+  BRRR_CUDA_CHECK(kernels::where(out, cond, a, b, current_stream(out.device)->handle));
 }
 
 }  // namespace brrr::backend

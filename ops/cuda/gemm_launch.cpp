@@ -40,7 +40,6 @@ module;
 #include <unordered_map>
 
 #include "cuda/check.hpp"
-#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -82,19 +81,6 @@ BlasOperand blas_operand(const char* name, std::int64_t rows, std::int64_t cols,
 
 bool fits_int(std::int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-// A GEMM matrix as the stream bookkeeping sees it: [batch, rows, cols] (or [rows, cols]).
-Operand matrix_use(stream_check::AccessLog* log, DType dtype, std::int64_t batch, std::int64_t rows,
-                   std::int64_t cols) {
-  Operand o;
-  o.dtype = dtype;
-  o.log = log;
-  o.op = "matmul";
-  std::int64_t dims[3] = {batch, rows, cols};
-  int first = batch == 1 ? 1 : 0;
-  for (int i = first; i < 3; ++i) o.sizes[o.ndim++] = dims[i];
-  return o;
-}
-
 }  // namespace
 
 void CudaBackend::gemm(const GemmArgs& g) {
@@ -125,9 +111,6 @@ void CudaBackend::gemm(const GemmArgs& g) {
   DeviceGuard device_guard(g.device);
   StreamPtr stream = current_stream(g.device);
   auto raw_stream = static_cast<cudaStream_t>(stream->handle);
-  Operand ua = matrix_use(g.a_log, g.dtype, g.batch, g.m, g.k), ub = matrix_use(g.b_log, g.dtype, g.batch, g.k, g.n),
-          uc = matrix_use(g.c_log, g.dtype, g.batch, g.m, g.n);
-  note_access(*stream, {&uc}, {&ua, &ub});
 
   if (g.k == 0 && g.beta == 0) {  // an empty sum: C = 0 (all-zero bits in every float type)
     BRRR_CUDA_CHECK(cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * itemsize(g.dtype), raw_stream));

@@ -9,16 +9,12 @@ namespace brrr::backend {
 
 void CudaBackend::im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&in});
-  BRRR_CUDA_CHECK(kernels::im2col(out, in, w, pad_value, stream->handle));
+  BRRR_CUDA_CHECK(kernels::im2col(out, in, w, pad_value, current_stream(out.device)->handle));
 }
 
 void CudaBackend::col2im(const Operand& out, const Operand& in, const Window2d& w) {
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&in});
-  BRRR_CUDA_CHECK(kernels::col2im(out, in, w, stream->handle));
+  BRRR_CUDA_CHECK(kernels::col2im(out, in, w, current_stream(out.device)->handle));
 }
 
 }  // namespace brrr::backend

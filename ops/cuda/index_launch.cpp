@@ -34,11 +34,9 @@ void CudaBackend::gather(const Operand& out, const Operand& in, int dim, const O
   if (!is_index_dtype(index.dtype) || in.dtype != out.dtype || index.ndim != out.ndim || in.ndim != out.ndim)
     bad_operands("gather", out, index);
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&in, &index});
   int code = index_errors::current_op(index_errors::gather);
   BRRR_CUDA_CHECK(kernels::gather(out, in, dim, index, device_error_flag(out.device), code,
-                                  stream->handle));
+                                  current_stream(out.device)->handle));
 }
 
 void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src,
@@ -50,7 +48,6 @@ void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index,
     throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&index, &src});
   int code = index_errors::current_op(index_errors::scatter_add);
   int* flag = device_error_flag(out.device);
   // Integer sums are exact in any order: atomics are already reproducible for them.

@@ -21,12 +21,10 @@ void CudaBackend::cross_entropy_forward(const Operand& out, const Operand& lse, 
   const std::int64_t rows = target.numel;
   if (rows == 0) return;
   DeviceGuard g(logits.device);
-  StreamPtr stream = current_stream(logits.device);
-  note_access(*stream, {&out, &lse}, {&logits, &target});
   BRRR_CUDA_CHECK(kernels::cross_entropy_forward(
       out.data, lse.data, logits.data, logits.dtype, target.data,
       target.dtype == DType::i64, rows, logits.numel / rows, ignore_index, label_smoothing,
-      device_error_flag(logits.device), nll_target_code, stream->handle));
+      device_error_flag(logits.device), nll_target_code, current_stream(logits.device)->handle));
 }
 
 void CudaBackend::cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
@@ -35,12 +33,10 @@ void CudaBackend::cross_entropy_backward(const Operand& grad_logits, const Opera
   const std::int64_t rows = target.numel;
   if (rows == 0) return;
   DeviceGuard g(logits.device);
-  StreamPtr stream = current_stream(logits.device);
-  note_access(*stream, {&grad_logits}, {&logits, &lse, &target, &grad, count});
   BRRR_CUDA_CHECK(kernels::cross_entropy_backward(
       grad_logits.data, logits.data, lse.data, target.data, logits.dtype,
       target.dtype == DType::i64, grad.data, per_row, count ? count->data : nullptr, rows, logits.numel / rows,
-      ignore_index, label_smoothing, stream->handle));
+      ignore_index, label_smoothing, current_stream(logits.device)->handle));
 }
 
 }  // namespace brrr::backend

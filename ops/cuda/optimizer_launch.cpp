@@ -5,51 +5,13 @@ module;
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "cuda/check.hpp"
 #include "ops/cuda/kernels.hpp"
-#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
 namespace brrr::backend {
-
-namespace {
-
-// The stream bookkeeping's view of an optimizer's tensors: 1-D [numel] of the step's dtype.
-void announce(const OptimizerStep& s, const StreamState& stream) {
-  const char* op = "optimizer step";
-  switch (s.kind) {
-    case OptimizerKind::sgd: op = "SGD::step"; break;
-    case OptimizerKind::adam: op = "Adam::step"; break;
-    case OptimizerKind::adamw: op = "AdamW::step"; break;
-  }
-  std::vector<Operand> uses;
-  std::vector<const Operand*> writes, reads;
-  auto add = [&](const std::vector<stream_check::AccessLog*>& logs, std::size_t k) {
-    if (k >= logs.size() || !logs[k]) return;
-    Operand o;
-    o.dtype = s.dtype;
-    o.ndim = 1;
-    o.sizes[0] = o.numel = s.numels[k];
-    o.log = logs[k];
-    o.op = op;
-    uses.push_back(o);
-  };
-  for (std::size_t k = 0; k < s.params.size(); ++k) {
-    add(s.param_logs, k);
-    add(s.state1_logs, k);
-    add(s.state2_logs, k);
-    add(s.state3_logs, k);
-  }
-  std::size_t written = uses.size();
-  for (std::size_t k = 0; k < s.params.size(); ++k) add(s.grad_logs, k);
-  for (std::size_t i = 0; i < uses.size(); ++i) (i < written ? writes : reads).push_back(&uses[i]);
-  note_access(stream, writes, reads);
-}
-
-}  // namespace
 
 void CudaBackend::optimizer_step(const OptimizerStep& s) {
   const std::size_t count = s.params.size();
@@ -73,9 +35,7 @@ void CudaBackend::optimizer_step(const OptimizerStep& s) {
   }
   if (count == 0) return;
   DeviceGuard g(s.device);
-  StreamPtr stream = current_stream(s.device);
-  announce(s, *stream);
-  BRRR_CUDA_CHECK(kernels::optimizer_step(s, stream->handle));
+  BRRR_CUDA_CHECK(kernels::optimizer_step(s, current_stream(s.device)->handle));
 }
 
 }  // namespace brrr::backend

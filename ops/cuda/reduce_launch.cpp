@@ -19,7 +19,6 @@ void CudaBackend::reduce(ReduceOp op, const Operand& out, const Operand& in, std
   if (out.numel == 0) return;
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out, indices}, {&in});
   std::size_t bytes = kernels::reduce_workspace_bytes(op, out, in, dims_mask, indices, out.device);
   Storage workspace;
   if (bytes > 0) workspace = allocate_device(bytes, out.device, stream);

@@ -30,10 +30,8 @@ void CudaBackend::softmax(const Operand& out, const Operand& in, bool log) {
   RowsCols rc = rows_cols(in);
   if (rc.rows == 0) return;
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out}, {&in});
   BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, in.dtype, rc.rows, rc.cols,
-                                        log, stream->handle));
+                                        log, current_stream(out.device)->handle));
 }
 
 void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
@@ -41,11 +39,9 @@ void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Oper
   RowsCols rc = rows_cols(in);
   if (rc.rows == 0) return;
   DeviceGuard g(out.device);
-  StreamPtr stream = current_stream(out.device);
-  note_access(*stream, {&out, &mean, &rstd}, {&in, weight, bias});
   BRRR_CUDA_CHECK(kernels::layer_norm_rows(out.data, mean.data, rstd.data, in.data, weight ? weight->data : nullptr,
                                            bias ? bias->data : nullptr, in.dtype,
-                                           rc.rows, rc.cols, eps, stream->handle));
+                                           rc.rows, rc.cols, eps, current_stream(out.device)->handle));
 }
 
 }  // namespace brrr::backend

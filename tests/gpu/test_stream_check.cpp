@@ -339,7 +339,7 @@ TEST_CASE("stream check: cuBLAS, optimizer steps and copies are checked like ker
       msg = stream_error([&] { opt.step(); });
     }
     MESSAGE(msg);
-    CHECK(contains(msg, "SGD::step: stream #" + std::to_string(s1.id())));
+    CHECK(contains(msg, "optimizer step: stream #" + std::to_string(s1.id())));
     s1.wait_stream(def);
     {
       cuda::StreamGuard g(s1);
