@@ -209,7 +209,7 @@ SyncPolicy sync_policy();
 
 /// The flag behind stream_check_enabled(); set_stream_check() writes it.
 std::atomic<bool> stream_check_flag{false};
-/// Whether the stream check is on: the one relaxed load an op pays when it is off.
+/// Whether the stream check is on: the relaxed load each announced tensor pays when it is off.
 inline bool stream_check_enabled() noexcept { return stream_check_flag.load(std::memory_order_relaxed); }
 /// Switches the check; switching it on starts a new epoch (accesses recorded before are
 /// forgotten, since the events and waits made while it was off were not seen).
