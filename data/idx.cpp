@@ -96,11 +96,12 @@ Tensor read_idx(const std::string& path) {
   unsigned char extra;
   const int more = gzread(file.f, &extra, 1);
   if (more > 0) fail(path, "longer than its dimensions " + to_string(dims) + " say (trailing data)");
-  if (more < 0) {
-    int err = 0;
-    const char* msg = gzerror(file.f, &err);
-    fail(path, std::string("corrupt data after the last element (") + (msg ? msg : "zlib error") + ")");
-  }
+  int err = Z_OK;
+  const char* msg = gzerror(file.f, &err);
+  if (more < 0) fail(path, std::string("corrupt data after the last element (") + (msg ? msg : "zlib error") + ")");
+  // zlib reports a gzip stream cut short (here: inside its 8-byte trailer) as Z_BUF_ERROR
+  // with a clean end of file, not as a failed read.
+  if (err == Z_BUF_ERROR) fail(path, "truncated: the gzip stream ends before its trailer (CRC-32 and length)");
 
   if (ndim == 1) {
     std::vector<std::int64_t> labels(bytes.begin(), bytes.end());

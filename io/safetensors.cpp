@@ -9,12 +9,15 @@
 // tiling the buffer exactly with no gaps or overlaps).
 //
 // Checksums: the format has none, so brrr stores CRC-32s (zlib's) in the one place other
-// readers ignore, a "__metadata__" string: "brrr.crc32" holds a compact JSON object
-// {tensor name: 8 hex digits, ..., "__metadata__": 8 hex digits}. A tensor's CRC covers its
-// name, dtype, shape and bytes; the "__metadata__" CRC covers the other metadata strings.
-// CRC-32 detects every error burst of up to 32 bits, so any single corrupted byte of a
-// tensor's data or header entry is an Error naming the file and the tensor. Files without
-// the key (written by other tools) load unverified.
+// readers ignore, "__metadata__" strings. "brrr.crc32" (the record) holds a compact JSON
+// object {tensor name: 8 hex digits, ..., "__metadata__": 8 hex digits}; a tensor's CRC
+// covers its name, dtype, shape and bytes, the "__metadata__" CRC the other metadata strings.
+// "brrr.crc32.record" holds the record's own CRC, so that a corrupted byte in either key's
+// name leaves the other one alone: an incomplete record is an error, never a file that
+// silently loads unverified. CRC-32 detects every error burst of up to 32 bits, so a single
+// corrupted byte anywhere is an Error naming the file (and the tensor, for a byte of a tensor's
+// data or header entry), except a padding space turned into other JSON whitespace, which
+// changes nothing that is loaded. Files without the keys (other writers) load unverified.
 module;
 #include <nlohmann/json.hpp>
 #include <zlib.h>
@@ -49,6 +52,7 @@ using json = nlohmann::json;
 constexpr std::uint64_t kMaxHeader = 100'000'000;  // as the reference loader
 constexpr int kMaxJsonDepth = 16;                  // a valid header nests 3 deep
 constexpr const char* kChecksumKey = "brrr.crc32";  // in "__metadata__", see the top of the file
+constexpr const char* kRecordCrcKey = "brrr.crc32.record";
 
 const char* st_name(DType d) {
   switch (d) {
@@ -373,9 +377,20 @@ Header read_header(const char* op, const std::string& path, int fd) {
   if (cursor != buffer_size)
     fail(op, path, "the tensors cover " + std::to_string(cursor) + " bytes but the data buffer has " +
                        std::to_string(buffer_size) + " (trailing bytes or wrong offsets)");
-  if (auto rec = h.metadata.find(kChecksumKey); rec != h.metadata.end()) {
+  auto rec = h.metadata.find(kChecksumKey), rec_crc = h.metadata.find(kRecordCrcKey);
+  const bool has_rec = rec != h.metadata.end(), has_rec_crc = rec_crc != h.metadata.end();
+  if (has_rec != has_rec_crc)
+    fail(op, path, std::string("brrr's checksum record is incomplete: \"") + (has_rec ? kChecksumKey : kRecordCrcKey) +
+                       "\" without \"" + (has_rec ? kRecordCrcKey : kChecksumKey) + "\" in \"__metadata__\" (a corrupt header)");
+  if (has_rec) {
     const std::string record = std::move(rec->second);
+    const std::optional<std::uint32_t> stored = parse_hex8(rec_crc->second);
     h.metadata.erase(rec);
+    h.metadata.erase(kRecordCrcKey);
+    const std::uint32_t crc = crc_update(0, record.data(), record.size());
+    if (!stored || *stored != crc)
+      fail(op, path, std::string("the checksum record \"") + kChecksumKey + "\" in \"__metadata__\" is corrupt (its CRC-32 " +
+                         hex8(crc) + " does not match \"" + kRecordCrcKey + "\")");
     apply_checksums(op, path, record, h);
   }
   return h;
@@ -414,13 +429,15 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
     crcs[name] = hex8(crc_update(crc_of_identity(name, c.dtype(), c.shape()), c.data_ptr(), nbytes));
     host.push_back(std::move(c));
   }
-  if (metadata.count(kChecksumKey))
-    fail(op, path, std::string("the metadata key \"") + kChecksumKey + "\" is reserved for brrr's checksums");
+  for (const char* key : {kChecksumKey, kRecordCrcKey})
+    if (metadata.count(key)) fail(op, path, std::string("the metadata key \"") + key + "\" is reserved for brrr's checksums");
   crcs["__metadata__"] = hex8(crc_of_metadata(metadata));
   std::string text;
   try {
     json meta = metadata;
-    meta[kChecksumKey] = crcs.dump();  // strict: throws on names that are not valid UTF-8
+    const std::string record = crcs.dump();  // strict: throws on names that are not valid UTF-8
+    meta[kChecksumKey] = record;
+    meta[kRecordCrcKey] = hex8(crc_update(0, record.data(), record.size()));
     header["__metadata__"] = std::move(meta);
     text = header.dump();
   } catch (const json::exception& e) {

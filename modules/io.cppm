@@ -18,9 +18,9 @@ using TensorMap = std::map<std::string, Tensor>;
 /// of the folder, so `path` holds the old file or the whole new one, never a partial one (a
 /// writer killed mid-write leaves only its temporary file). dtypes: F32 F64 BF16 F16 I32 I64
 /// BOOL. Adds a CRC-32 per tensor (over name, dtype, shape and bytes) and one over `metadata`
-/// as the "__metadata__" string "brrr.crc32" (other readers ignore it). Throws Error(io)
-/// naming the path on failure (no space left, no permission, ...), removing the temporary
-/// file; the metadata key "brrr.crc32" is reserved.
+/// as the "__metadata__" strings "brrr.crc32" and "brrr.crc32.record" (the record's own CRC;
+/// other readers ignore both). Throws Error(io) naming the path on failure (no space left,
+/// no permission, ...), removing the temporary file; those two metadata keys are reserved.
 void save_safetensors(const std::string& path, const TensorMap& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
@@ -32,8 +32,8 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
 /// byte in a tensor's bytes or header entry is Error(io) naming the file and the tensor.
 TensorMap load_safetensors(const std::string& path);
 
-/// The "__metadata__" strings of a safetensors file (without brrr's "brrr.crc32" record,
-/// whose metadata checksum is verified).
+/// The "__metadata__" strings of a safetensors file, without brrr's checksum record (whose
+/// own CRC and metadata checksum are verified).
 std::map<std::string, std::string> safetensors_metadata(const std::string& path);
 
 }  // namespace brrr::io

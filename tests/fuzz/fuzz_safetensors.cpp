@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tests/fuzz/fuzz_input.hpp"
 import brrr;

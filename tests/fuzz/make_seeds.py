@@ -44,7 +44,7 @@ def write_st(path, arrays, metadata=None):
 
 
 def brrr_checksums(arrays, metadata):
-    """The "brrr.crc32" record of io/safetensors.cpp for these tensors and metadata."""
+    """brrr's checksum record (io/safetensors.cpp) for these tensors and metadata: two keys."""
     record = {}
     for name, a in arrays.items():
         a = np.ascontiguousarray(a)
@@ -54,7 +54,8 @@ def brrr_checksums(arrays, metadata):
     meta = b"".join(k.encode() + b"\0" + v.encode() + b"\0"
                     for k, v in sorted(metadata.items(), key=lambda kv: kv[0].encode()))
     record["__metadata__"] = "%08x" % zlib.crc32(meta)
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return {"brrr.crc32": text, "brrr.crc32.record": "%08x" % zlib.crc32(text.encode())}
 
 
 def fresh(dirname):
@@ -86,11 +87,11 @@ def safetensors_seeds():
              "bias": np.zeros(4, np.float32)}
     meta = {"format": "pt"}
     write_st(os.path.join(d, "checksummed.safetensors"), layer,
-             dict(meta, **{"brrr.crc32": brrr_checksums(layer, meta)}))
+             dict(meta, **brrr_checksums(layer, meta)))
     # Same bytes, with the record of a different file: a checksum mismatch to start from.
     other = {"weight": layer["weight"] + 1, "bias": layer["bias"]}
     write_st(os.path.join(d, "checksum_mismatch.safetensors"), layer,
-             dict(meta, **{"brrr.crc32": brrr_checksums(other, meta)}))
+             dict(meta, **brrr_checksums(other, meta)))
 
 
 def idx_bytes(raw, count):
@@ -138,7 +139,7 @@ def state_dict_seeds():
     good = fuzz_model(rng)
     write_st(os.path.join(d, "match.safetensors"), good, {"format": "pt"})
     write_st(os.path.join(d, "match_checksummed.safetensors"), good,
-             {"brrr.crc32": brrr_checksums(good, {})})
+             brrr_checksums(good, {}))
     missing = dict(good)
     del missing["3.bias"]
     write_st(os.path.join(d, "missing_key.safetensors"), missing)

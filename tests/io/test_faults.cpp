@@ -13,6 +13,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -218,6 +219,7 @@ TEST_CASE("a corrupted byte anywhere in a checkpoint is an Error naming the file
   nn::save(model, good);
   const std::vector<unsigned char> bytes = read_file(good);
   const io::TensorMap original = io::load_safetensors(good);
+  if (std::getenv("BRRR_DEBUG_KEEP")) fs::copy_file(good, std::getenv("BRRR_DEBUG_KEEP"), fs::copy_options::overwrite_existing);
 
   // Where each tensor's bytes lie in the file, and where its header entry is.
   std::uint64_t n = 0;

@@ -174,6 +174,7 @@ TEST_CASE("read_idx: hostile files are Error(io) naming the path and the problem
     // Every truncation, and a flipped byte in the deflate data and in the CRC-32 trailer.
     for (std::size_t len = 0; len < good.size(); ++len) {
       write_file(tmp.file("cut.gz"), Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(len)));
+      INFO("truncated to " << len << " of " << good.size() << " bytes");
       CHECK_THROWS_AS(data::read_idx(tmp.file("cut.gz")), Error);
       ++errors;
     }

@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -459,13 +461,22 @@ std::string header_of(const std::vector<unsigned char>& file) {
   return std::string(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(n));
 }
 
-/// A file with `header` (JSON, unpadded) whose "__metadata__" holds `record` as "brrr.crc32".
+/// CRC-32 (zlib's) of a string, as 8 lowercase hex digits.
+std::string crc_hex(const std::string& s) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08lx", crc32_z(0, reinterpret_cast<const Bytef*>(s.data()), s.size()));
+  return buf;
+}
+
+/// A file with `tensors_json` entries whose "__metadata__" holds `record` as "brrr.crc32" and
+/// `record_crc` (default: the record's right CRC) as "brrr.crc32.record".
 std::vector<unsigned char> with_record(const std::string& tensors_json, const std::string& record,
-                                       const std::vector<unsigned char>& data) {
+                                       const std::vector<unsigned char>& data, std::string record_crc = "") {
+  if (record_crc.empty()) record_crc = crc_hex(record);
   std::string escaped;
   for (char c : record) escaped += c == '"' ? std::string("\\\"") : std::string(1, c);
   return make_file("{" + tensors_json + (tensors_json.empty() ? "" : ",") + R"("__metadata__":{"brrr.crc32":")" +
-                       escaped + "\"}}",
+                       escaped + R"(","brrr.crc32.record":")" + record_crc + "\"}}",
                    data);
 }
 
@@ -484,6 +495,8 @@ TEST_CASE("safetensors checksums: written by save, verified by load, hidden from
   // The key is brrr's.
   CHECK_THROWS_WITH_AS(io::save_safetensors(tmp.file("r.safetensors"), {}, {{"brrr.crc32", "x"}}),
                        doctest::Contains("reserved"), Error);
+  CHECK_THROWS_WITH_AS(io::save_safetensors(tmp.file("r.safetensors"), {}, {{"brrr.crc32.record", "x"}}),
+                       doctest::Contains("reserved"), Error);
   CHECK_FALSE(fs::exists(tmp.dir / "r.safetensors"));
 }
 
@@ -494,7 +507,8 @@ TEST_CASE("safetensors checksums: a record computed by Python (tests/fuzz/make_s
   CHECK(io::safetensors_metadata(dir + "checksummed.safetensors") == std::map<std::string, std::string>{{"format", "pt"}});
   // The same file with the record of other weights: the mismatch names the file and the tensor.
   const std::string bad = dir + "checksum_mismatch.safetensors";
-  CHECK_THROWS_WITH_AS(io::load_safetensors(bad), doctest::Contains(bad + ": tensor \"weight\": checksum mismatch"), Error);
+  const std::string want = bad + ": tensor \"weight\": checksum mismatch";
+  CHECK_THROWS_WITH_AS(io::load_safetensors(bad), doctest::Contains(want.c_str()), Error);
   CHECK_NOTHROW((void)io::safetensors_metadata(bad));  // the metadata itself is intact
 }
 
@@ -518,6 +532,13 @@ TEST_CASE("safetensors checksums: a broken record is Error(io) naming the path a
   CHECK(io::load_safetensors(path).at("a").to_host<std::int32_t>() == std::vector<std::int32_t>{0x04030201, 0x08070605});
 
   const std::string corrupt = "the checksum record \"brrr.crc32\" in \"__metadata__\" is corrupt";
+  expect_io_error(tmp, with_record(a, "{" + meta_ok + "," + a_ok + "}", eight_bytes, "00000000"),
+                  corrupt + " (its CRC-32 ");
+  expect_io_error(tmp, with_record(a, "{" + meta_ok + "," + a_ok + "}", eight_bytes, "xyz"), corrupt + " (its CRC-32 ");
+  expect_io_error(tmp, make_file("{" + a + R"(,"__metadata__":{"brrr.crc32":"{}"}})", eight_bytes),
+                  "incomplete: \"brrr.crc32\" without \"brrr.crc32.record\"");
+  expect_io_error(tmp, make_file("{" + a + R"(,"__metadata__":{"brrr.crc32.record":"00000000"}})", eight_bytes),
+                  "incomplete: \"brrr.crc32.record\" without \"brrr.crc32\"");
   expect_io_error(tmp, with_record(a, "not json", eight_bytes), corrupt + " (not JSON)");
   expect_io_error(tmp, with_record(a, "[1]", eight_bytes), corrupt + " (not a JSON object)");
   expect_io_error(tmp, with_record(a, R"({"a":{"b":{}}})", eight_bytes), corrupt + " (nested JSON)");
@@ -531,7 +552,7 @@ TEST_CASE("safetensors checksums: a broken record is Error(io) naming the path a
   // A wrong tensor CRC is found when the data is read (load, not safetensors_metadata).
   const std::string flipped = crc_a.substr(0, 7) + (crc_a[7] == '0' ? "1" : "0");
   write_file(path, record(meta_ok + R"(,"a":")" + flipped + "\""));
-  CHECK_THROWS_WITH_AS(io::load_safetensors(path), doctest::Contains("tensor \"a\": checksum mismatch (stored " + flipped),
-                       Error);
+  const std::string want = "tensor \"a\": checksum mismatch (stored " + flipped;
+  CHECK_THROWS_WITH_AS(io::load_safetensors(path), doctest::Contains(want.c_str()), Error);
   CHECK_NOTHROW((void)io::safetensors_metadata(path));
 }
