@@ -12,6 +12,7 @@
 // Prints one line per checkpoint and a verdict; exits 1 when a check fails. Run on the CPU
 // under AddressSanitizer (build/fuzz, tools/soak) LeakSanitizer checks the exit too.
 #include <CLI/CLI.hpp>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -115,6 +116,14 @@ std::string checkpoint_round_trip(const nn::Module& model, const nn::Module& rel
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+/// CPU time of this process (all threads), in ms: less sensitive than wall time to other
+/// work on a shared machine, so a per-step cost that grows shows here.
+double cpu_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,8 +184,9 @@ int main(int argc, char** argv) {
     std::uint64_t checkpoint_syncs = 0;
     const std::uint64_t syncs_at_start = dev.is_cuda() ? cuda::sync_count() : 0;
     auto start = Clock::now(), interval_clock = start;
-    std::printf("%7s %9s %9s %10s %10s %8s %10s %7s %8s\n", "step", "loss", "RSS MiB", "alloc MiB", "resv MiB",
-                "mallocs", "pinned MiB", "hostalc", "ms/step");
+    double interval_cpu = cpu_ms();
+    std::printf("%7s %9s %9s %10s %10s %8s %10s %7s %8s %8s\n", "step", "loss", "RSS MiB", "alloc MiB", "resv MiB",
+                "mallocs", "pinned MiB", "hostalc", "ms/step", "cpu ms");
     while (step < cfg.steps) {
       for (const data::Batch& b : loader) {
         Tensor x = (b[0] - pixel_mean) / pixel_std;
@@ -202,17 +212,19 @@ int main(int argc, char** argv) {
             checkpoint_syncs += cuda::sync_count() - syncs_before;
           }
           const auto now = Clock::now();
-          const double ms = std::chrono::duration<double, std::milli>(now - interval_clock).count() /
-                            static_cast<double>(step - interval_start);
+          const double steps_done = static_cast<double>(step - interval_start);
+          const double ms = std::chrono::duration<double, std::milli>(now - interval_clock).count() / steps_done;
+          const double cpu = (cpu_ms() - interval_cpu) / steps_done;
           Sample s = sample(step, dev);
-          std::printf("%7lld %9.4f %9.1f %10.2f %10.2f %8llu %10.2f %7llu %8.2f\n", static_cast<long long>(step),
+          std::printf("%7lld %9.4f %9.1f %10.2f %10.2f %8llu %10.2f %7llu %8.2f %8.2f\n", static_cast<long long>(step),
                       mean_loss, mib(s.rss), mib(s.device.allocated_bytes), mib(s.device.reserved_bytes),
                       static_cast<unsigned long long>(s.device.num_cuda_malloc), mib(s.pinned.reserved_bytes),
-                      static_cast<unsigned long long>(s.pinned.num_host_alloc), ms);
+                      static_cast<unsigned long long>(s.pinned.num_host_alloc), ms, cpu);
           std::fflush(stdout);
           loss_sum = zeros({}, {.device = dev});
           interval_start = step;
           interval_clock = Clock::now();
+          interval_cpu = cpu_ms();
         }
         if (step % cfg.sample_every == 0 || checkpoint || step == cfg.warmup) {
           samples.push_back(sample(step, dev));
