@@ -18,8 +18,7 @@ using namespace ops_detail;
 
 namespace ops_detail {
 
-/// Output positions along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1. The division
-/// rounds toward -inf (a kernel larger than the padded input gives <= 0, never 1).
+// A kernel larger than the padded input gives <= 0, never 1.
 std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d) {
   std::int64_t span = in + 2 * p - d * (k - 1) - 1;
   return (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
@@ -61,7 +60,6 @@ private:
 
 namespace ops_detail {
 
-/// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
 Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value) {
   Tensor out;
   {
@@ -74,7 +72,7 @@ Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_v
   return out;
 }
 
-/// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
+// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
 Tensor fold_cols(const Tensor& cols, const backend::Window2d& g) {
   Tensor out;
   {
@@ -119,7 +117,7 @@ Tensor batched(const char* op, const Tensor& x, bool& unbatched) {
 
 Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> dilation,
               std::array<std::int64_t, 2> padding, std::array<std::int64_t, 2> stride) {
-  OpRange range("unfold");
+  NvtxRange range("unfold");
   bool unbatched;
   Tensor x4 = batched("unfold", x, unbatched);
   check_window_args("unfold", kernel_size, dilation, padding, stride);
@@ -134,7 +132,7 @@ Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size, std::arr
 
 Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::array<std::int64_t, 2> kernel_size,
             std::array<std::int64_t, 2> dilation, std::array<std::int64_t, 2> padding, std::array<std::int64_t, 2> stride) {
-  OpRange range("fold");
+  NvtxRange range("fold");
   require_defined("fold", cols);
   check_window_args("fold", kernel_size, dilation, padding, stride);
   bool unbatched = cols.dim() == 2;
@@ -154,7 +152,7 @@ Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::ar
 }
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Conv2dOptions o) {
-  OpRange range("conv2d");
+  NvtxRange range("conv2d");
   bool unbatched;
   Tensor x = batched("conv2d", input, unbatched);
   require_defined("conv2d", weight, "weight");

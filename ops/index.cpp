@@ -207,7 +207,7 @@ void check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const
 }  // namespace
 
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
-  OpRange range("gather");
+  NvtxRange range("gather");
   require_defined("gather", x);
   require_defined("gather", index, "index");
   common_device("gather", {x, index});
@@ -220,7 +220,7 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
-  OpRange range("scatter_add");
+  NvtxRange range("scatter_add");
   require_defined("scatter_add", x);
   require_defined("scatter_add", index, "index");
   require_defined("scatter_add", src, "src");
@@ -247,7 +247,7 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
 }
 
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
-  OpRange range("index_select");
+  NvtxRange range("index_select");
   require_defined("index_select", x);
   require_defined("index_select", index, "index");
   common_device("index_select", {x, index});
@@ -274,7 +274,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx) {
-  OpRange range("embedding");
+  NvtxRange range("embedding");
   require_defined("embedding", weight, "weight");
   require_defined("embedding", indices, "indices");
   common_device("embedding", {weight, indices});
@@ -308,7 +308,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
 }
 
 Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
-  OpRange range("one_hot");
+  NvtxRange range("one_hot");
   require_defined("one_hot", indices, "indices");
   if (!is_index_dtype(indices.dtype()))
     throw Error(ErrorKind::dtype, "one_hot: indices must be i32 or i64, got " + describe(indices));
@@ -328,7 +328,7 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  OpRange range("masked_fill");
+  NvtxRange range("masked_fill");
   require_defined("masked_fill", x);
   require_defined("masked_fill", mask, "mask");
   common_device("masked_fill", {x, mask});

@@ -89,7 +89,7 @@ void check_param(const Tensor& p, const char* name, const Shape& normalized_shap
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  OpRange range(op);
+  NvtxRange range(op);
   require_defined(op, x);
   Device dev = common_device(op, {x, weight, bias});
   if (!is_floating_point(x.dtype()))

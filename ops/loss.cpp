@@ -241,7 +241,7 @@ private:
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options) {
-  OpRange range("nll_loss");
+  NvtxRange range("nll_loss");
   if (options.label_smoothing != 0)
     throw Error(ErrorKind::value, "nll_loss: label_smoothing must be 0 (it is an option of cross_entropy), got " +
                                       number_text(options.label_smoothing));
@@ -250,7 +250,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptio
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
-  OpRange range("cross_entropy");
+  NvtxRange range("cross_entropy");
   check_targets("cross_entropy", logits, target, options);
   // Logits as [rows, C]: the class dim moved last and made contiguous. These are recorded
   // ops, so the fused node below connects to `x` and their backward reaches `logits`.
@@ -295,7 +295,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  OpRange range("mse_loss");
+  NvtxRange range("mse_loss");
   require_defined("mse_loss", input, "input");
   require_defined("mse_loss", target, "target");
   common_device("mse_loss", {input, target});
@@ -311,7 +311,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
                                         const Tensor& pos_weight) {
   constexpr const char* name = "binary_cross_entropy_with_logits";
-  OpRange range(name);
+  NvtxRange range(name);
   require_defined(name, logits, "input");
   require_defined(name, target, "target");
   common_device(name, {logits, target, pos_weight});

@@ -1,5 +1,5 @@
 // Reductions: sum, mean, max/min (all elements, along a dim with indices, amax/amin over
-// dims), argmax/argmin, var, std, logsumexp, sum_to_size.
+// dims), argmax/argmin, var, std, logsumexp. (sum_to_size, expand's adjoint, is in tensor/views.cpp.)
 // Forward: one backend reduce over a dims bitmask into a keepdim-shaped output (the
 // reduced dims dropped afterwards by a view). Backward: Tensor ops (so create_graph works):
 // sum expands the gradient back; mean divides it by N; max/min along a dim send it to the
@@ -178,19 +178,6 @@ private:
   bool keepdim_;
   double dof_;
   bool all_dims_;
-};
-
-class SumToSizeBackward final : public autograd::Node {
-public:
-  explicit SumToSizeBackward(const Shape& in_shape) : in_shape_(in_shape) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    return {g[0].expand(in_shape_)};
-  }
-  std::string name() const override { return "SumToSizeBackward"; }
-
-private:
-  Shape in_shape_;
 };
 
 // --- ops -------------------------------------------------------------------------------------
@@ -384,38 +371,6 @@ Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) 
     shift_out = finish(shift, x.shape(), mask, keepdim);
   }
   return add(log(s), shift_out);
-}
-
-Tensor sum_to_size(const Tensor& x, const Shape& shape) {
-  require_defined("sum_to_size", x);
-  const Shape& in = x.shape();
-  auto not_expandable = [&] {
-    return Error(ErrorKind::shape, "sum_to_size: size " + to_string(shape) + " is not expandable to size " +
-                                       to_string(in) + " of the input");
-  };
-  if (in.size() > 32) throw Error(ErrorKind::shape, "sum_to_size: more than 32 dims");
-  if (shape.size() > in.size()) throw not_expandable();
-  std::size_t lead = in.size() - shape.size();
-  std::uint32_t mask = 0;
-  for (std::size_t d = 0; d < in.size(); ++d) {
-    if (d < lead) {
-      mask |= 1u << d;
-      continue;
-    }
-    std::int64_t want = shape[d - lead];
-    if (want == in[d]) continue;
-    if (want != 1) throw not_expandable();
-    mask |= 1u << d;
-  }
-  if (mask == 0) return x;
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = reduce_forward("sum_to_size", ReduceOp::sum, x, mask, sum_dtype(x.dtype())).view(shape);
-  }
-  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<SumToSizeBackward>(in), {x}, {out});
-  return out;
 }
 
 }  // namespace brrr

@@ -61,7 +61,7 @@ private:
 
 Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log) {
   const char* name = op_name(log);
-  OpRange range(name);
+  NvtxRange range(name);
   require_defined(name, x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, std::string(name) + ": expected a floating-point tensor (f32, f64, bf16, f16), got " +

@@ -119,36 +119,23 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
-namespace view_autograd {  // ops/view_backward.cpp
-void record_identity(const char* op, const Tensor& input, const Tensor& out);
-}
-
 Tensor Tensor::clone() const {
   const Impl& i = checked("clone");
   Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device()});
   if (out.numel() > 0)
     backend::backend_for(device()).copy(backend::operand(out, "clone"), backend::operand(*this, "clone"));
   if (autograd::any_requires_grad({*this}) && is_floating_point(i.dtype))
-    view_autograd::record_identity("Clone", *this, out);
+    view_autograd::record_identity("CloneBackward", *this, out);
   return out;
 }
 
 namespace {
 // The gradient of a dtype or device conversion: converted back.
-class ToBackward final : public autograd::Node {
-public:
-  ToBackward(DType dtype, Device device) : dtype_(dtype), device_(device) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override { return {g[0].to(device_).to(dtype_)}; }
-  std::string name() const override { return "ToBackward"; }
-
-private:
-  DType dtype_;
-  Device device_;
-};
-
 Tensor record_to(const Tensor& in, Tensor out) {
   if (autograd::any_requires_grad({in}) && is_floating_point(out.dtype()))
-    autograd::connect(std::make_shared<ToBackward>(in.dtype(), in.device()), {in}, {out});
+    autograd::record("ToBackward", {in}, {out}, [dtype = in.dtype(), device = in.device()](const autograd::Backward& b) {
+      return autograd::Grads{b.grad().to(device).to(dtype)};
+    });
   return out;
 }
 }  // namespace
