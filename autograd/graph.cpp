@@ -57,8 +57,8 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
     out = empty(a.shape(), {.dtype = a.dtype(), .device = a.device()});
     if (out.numel() > 0)
       backend::backend_for(a.device())
-          .binary(backend::BinaryOp::add, backend::operand(out, "backward"), backend::operand(a, "backward"),
-                  backend::operand(bc, "backward"));
+          .binary(backend::BinaryOp::add, backend::output(out, "backward"), backend::input(a, "backward"),
+                  backend::input(bc, "backward"));
   }
   // d(a + b) = (g, g): the sum is differentiable when the backward pass is recorded.
   if (any_requires_grad({a, bc}))

@@ -33,7 +33,6 @@ public:
   /// `name` (a string literal: it is kept as a pointer) is the op's with "Backward", e.g.
   /// "MulBackward".
   explicit Node(const char* name);
-  Node() : Node("Node") {}  // TRANSITIONAL: the hand-written nodes of ops/ until they use record()
   /// Frees the nodes this one owns through next_edges with a loop, not a recursion, so that
   /// dropping a graph of any depth cannot overflow the stack.
   virtual ~Node();
@@ -43,7 +42,7 @@ public:
   virtual std::vector<Tensor> apply(std::vector<Tensor> grad_outputs) = 0;
   /// Frees saved tensors once backward ran without retain_graph.
   virtual void release_saved() {}
-  virtual std::string name() const { return name_; }  // TRANSITIONAL: virtual until every op uses record()
+  std::string name() const { return name_; }
   const char* name_literal() const { return name_; }
   /// True for a leaf's gradient accumulator (the engine's sink for leaves).
   bool is_accumulator() const { return accumulator_; }
@@ -126,7 +125,8 @@ private:
   const Node& node_;
 };
 
-/// The node of record(): the rule and the saved tensors in one allocation.
+/// The node of record(): the rule and the saved tensors in one allocation. (A rule's captures
+/// must not be const: a const capture is copied, not moved, into the node.)
 template <class Rule, std::size_t N> class RuleNode final : public Node {
 public:
   RuleNode(const char* name, Rule rule) : Node(name), rule_(std::move(rule)) {}

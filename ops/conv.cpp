@@ -36,62 +36,41 @@ namespace {
 
 std::string pair_text(std::array<std::int64_t, 2> v) { return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ")"; }
 
-class UnfoldBackward final : public autograd::Node {
-public:
-  explicit UnfoldBackward(const backend::Window2d& g) : g_(g) {}
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override;
-  std::string name() const override { return "UnfoldBackward"; }
-
-private:
-  backend::Window2d g_;
-};
-
-class FoldBackward final : public autograd::Node {
-public:
-  explicit FoldBackward(const backend::Window2d& g) : g_(g) {}
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override;
-  std::string name() const override { return "FoldBackward"; }
-
-private:
-  backend::Window2d g_;
-};
+// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
+Tensor fold_cols(const Tensor& cols, const backend::Window2d& g);
 
 }  // namespace
 
-namespace ops_detail {
-
-Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value) {
+// unfold and fold are each other's adjoint: each one's gradient is the other.
+Tensor ops_detail::unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value) {
   Tensor out;
   {
     NoGradGuard no_grad;
     out = empty({g.n, g.c * g.kh * g.kw, g.out_h * g.out_w}, {.dtype = x.dtype(), .device = x.device()});
     if (out.numel() > 0)
-      backend::backend_for(x.device()).im2col(backend::operand(out, "unfold"), backend::operand(x, "unfold"), g, pad_value);
+      backend::backend_for(x.device()).im2col(backend::output(out, "unfold"), backend::input(x, "unfold"), g, pad_value);
   }
-  if (autograd::any_requires_grad({x})) autograd::connect(std::make_shared<UnfoldBackward>(g), {x}, {out});
+  if (autograd::any_requires_grad({x}))
+    autograd::record("UnfoldBackward", {x}, {out},
+                     [g](const autograd::Backward& c) { return autograd::Grads{fold_cols(c.grad(), g)}; });
   return out;
 }
 
-// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
+namespace {
+
 Tensor fold_cols(const Tensor& cols, const backend::Window2d& g) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    Tensor c = cols;
     out = zeros({g.n, g.c, g.h, g.w}, {.dtype = cols.dtype(), .device = cols.device()});
-    if (c.numel() > 0)
-      backend::backend_for(cols.device()).col2im(backend::operand(out, "fold"), backend::operand(c, "fold"), g);
+    if (cols.numel() > 0)
+      backend::backend_for(cols.device()).col2im(backend::output(out, "fold"), backend::input(cols, "fold"), g);
   }
-  if (autograd::any_requires_grad({cols})) autograd::connect(std::make_shared<FoldBackward>(g), {cols}, {out});
+  if (autograd::any_requires_grad({cols}))
+    autograd::record("FoldBackward", {cols}, {out},
+                     [g](const autograd::Backward& c) { return autograd::Grads{unfold_with_pad(c.grad(), g, 0.0)}; });
   return out;
 }
-
-}  // namespace ops_detail
-
-std::vector<Tensor> UnfoldBackward::apply(std::vector<Tensor> grads) { return {fold_cols(grads[0], g_)}; }
-std::vector<Tensor> FoldBackward::apply(std::vector<Tensor> grads) { return {unfold_with_pad(grads[0], g_, 0.0)}; }
-
-namespace {
 
 void check_window_args(const char* op, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                        std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s) {

@@ -32,8 +32,8 @@ void inplace_binary(const char* op, backend::BinaryOp kind, const Tensor& x, con
     throw Error(ErrorKind::shape, std::string(op) + ": operand " + describe(y) + " cannot broadcast to " + describe(x));
   }
   if (x.numel() > 0)
-    backend::backend_for(x.device()).binary(kind, backend::operand(x, op), backend::operand(x, op),
-                                            backend::operand(by, op));
+    backend::backend_for(x.device()).binary(kind, backend::output(x, op), backend::input(x, op),
+                                            backend::input(by, op));
   x.storage().bump_version();
 }
 }  // namespace
@@ -50,8 +50,8 @@ void mul_(const Tensor& x, Scalar y) {
   NvtxRange range("mul_");
   check_target("mul_", x);
   if (x.numel() > 0)
-    backend::backend_for(x.device()).binary_scalar(backend::BinaryOp::mul, backend::operand(x, "mul_"),
-                                                   backend::operand(x, "mul_"), y.value, false);
+    backend::backend_for(x.device()).binary_scalar(backend::BinaryOp::mul, backend::output(x, "mul_"),
+                                                   backend::input(x, "mul_"), y.value, false);
   x.storage().bump_version();
 }
 

@@ -395,6 +395,15 @@ std::string describe(const Tensor& t);
 /// Reads CUDA tensors back (a sync point).
 std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
 
+/// A number standing in for a tensor operand: a 0-d CPU tensor of `dtype` (f64, i64 or bool;
+/// Error(dtype) otherwise) that the elementwise ops read as a scalar whatever the other
+/// operands' device, promoting like a number (result_type), and whose results on numbers
+/// alone are numbers again. PyTorch's "wrapped numbers": how a backward rule written for two
+/// tensors also serves the (tensor, number) overloads. It never requires grad.
+[[nodiscard]] Tensor wrapped_number(double value, DType dtype = DType::f64);
+/// True for a tensor made by wrapped_number (or by an op on wrapped numbers only).
+bool is_wrapped_number(const Tensor& t);
+
 /// Sums `x` down to `shape`: the inverse of broadcasting, and the gradient rule of expand.
 /// Sums the leading extra dims and the dims where `shape` has 1; returns x itself when the
 /// shapes are equal; Error(shape) when x's shape is not a broadcast of `shape`. Integers and
@@ -496,6 +505,7 @@ struct Tensor::Impl {
   Layout layout;
   DType dtype = DType::f32;
   bool requires_grad = false;  // leaves only; non-leaves require grad through grad_fn
+  bool wrapped_number = false;  // made by wrapped_number(): a 0-d CPU number
   Tensor grad;
   std::shared_ptr<autograd::Node> grad_fn;
   std::uint32_t output_nr = 0;

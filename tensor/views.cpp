@@ -392,7 +392,7 @@ Tensor sum_to_size(const Tensor& x, const Shape& shape) {
     out = empty(kept, {.dtype = is_floating_point(x.dtype()) ? x.dtype() : DType::i64, .device = x.device()});
     if (out.numel() > 0)
       backend::backend_for(x.device())
-          .reduce(backend::ReduceOp::sum, backend::operand(out, "sum_to_size"), backend::operand(x, "sum_to_size"),
+          .reduce(backend::ReduceOp::sum, backend::output(out, "sum_to_size"), backend::input(x, "sum_to_size"),
                   mask, nullptr);
     out = out.view(shape);
   }
