@@ -11,7 +11,8 @@ files made by other implementations:
   state_dict/   checkpoints of the fuzz_state_dict model (tests/fuzz/fuzz_state_dict.cpp)
                 and mismatched variants: a missing, an unexpected and a renamed key, a wrong
                 shape, other dtypes.
-Deterministic; regenerate with
+Deterministic but for the order of "__metadata__" keys (the Rust writer keeps them in a
+hash map, so each run may order them differently); regenerate with
     python3 tests/fuzz/make_seeds.py [--data /usr/share/datasets/fashion-mnist]
 """
 import argparse
