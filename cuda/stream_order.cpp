@@ -2,10 +2,10 @@
 // and the stream check (cuda::set_stream_check, BRRR_STREAM_CHECK=1): every access brrr
 // enqueues, every event record and wait and every host synchronisation goes through one
 // stream_check::Checker under one lock. Off, an op pays one relaxed load (note_access in
-// modules/backend.cppm). The rules themselves are in cuda/stream_check.cpp.
+// modules/backend.cppm). The rules themselves are in cuda/stream_check.cpp. No CUDA call
+// here (events go through the runtime's primitives): a build without CUDA has it too, where
+// no stream exists and only the CPU-side parts are reached.
 module;
-#include <cuda_runtime.h>
-
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -16,7 +16,6 @@ module;
 #include <string>
 #include <vector>
 
-#include "cuda/check.hpp"
 #include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -79,25 +78,24 @@ stream_check::TensorDesc describe_operand(const Operand& o) {
   return d;
 }
 
-// One event per (host thread, device), re-recorded for each wait: cudaStreamWaitEvent waits
-// for the record made before it, so the next record cannot disturb an earlier wait.
+// One event per (host thread, device), re-recorded for each wait: a stream waits for the
+// record made before its wait, so the next record cannot disturb an earlier wait.
 struct WaitEvents {
-  std::vector<cudaEvent_t> events;
+  std::vector<void*> events;
   ~WaitEvents() {
-    for (cudaEvent_t e : events)
-      if (e) cudaEventDestroy(e);
+    for (void* e : events) event_destroy(e);
   }
 };
 
-void enqueue_wait(void* waiter, void* other, int other_device) {
+// `waiter` waits, on the device, for the work enqueued on `other` so far.
+void enqueue_wait(const StreamState& waiter, const StreamState& other) {
   thread_local WaitEvents cache;
-  if (cache.events.size() <= static_cast<std::size_t>(other_device))
-    cache.events.resize(static_cast<std::size_t>(other_device) + 1, nullptr);
-  cudaEvent_t& e = cache.events[static_cast<std::size_t>(other_device)];
-  DeviceGuard g(other_device);
-  if (!e) BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  BRRR_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(other)));
-  BRRR_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), e, 0));
+  auto d = static_cast<std::size_t>(other.device);
+  if (cache.events.size() <= d) cache.events.resize(d + 1, nullptr);
+  void*& e = cache.events[d];
+  if (!e) e = event_create(other.device, false);
+  event_record(e, other);
+  stream_wait_event(waiter, e);
 }
 
 }  // namespace
@@ -166,7 +164,11 @@ void order_after_writers(const Storage& storage, const StreamPtr& stream) {
       if (i != stream->slot && (mask & stream_check::AccessLog::bit(i))) others.emplace_back(i, t.entries[i]);
   }
   for (const auto& [slot, entry] : others) {
-    enqueue_wait(stream->handle, entry.handle, entry.device);
+    StreamState writer;  // the handle and device are all enqueue_wait needs
+    writer.device = entry.device;
+    writer.handle = entry.handle;
+    writer.slot = slot;
+    enqueue_wait(*stream, writer);
     if (stream_check_enabled()) {
       CheckState& c = state();
       std::lock_guard lock(c.mutex);
@@ -177,7 +179,7 @@ void order_after_writers(const Storage& storage, const StreamPtr& stream) {
 
 void wait_stream(const StreamState& waiter, const StreamState& other) {
   if (waiter.handle == other.handle) return;
-  enqueue_wait(waiter.handle, other.handle, other.device);
+  enqueue_wait(waiter, other);
   if (stream_check_enabled()) {
     CheckState& c = state();
     std::lock_guard lock(c.mutex);
