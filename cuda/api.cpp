@@ -73,7 +73,6 @@ StreamGuard::~StreamGuard() { backend::set_current_stream(previous_); }
 
 // --- Event ---
 
-
 Event::Event(bool enable_timing) : impl_(std::make_shared<Impl>()) { impl_->timing = enable_timing; }
 
 void Event::record(const Stream& stream) {
