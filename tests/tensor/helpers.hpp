@@ -22,6 +22,14 @@ template <class T> struct StringMaker<std::vector<T>> {
     return os.str().c_str();
   }
 };
+// ... and a `const char*` (to_string(dtype), a case's name) as its text: by default INFO and
+// CHECK print the pointer ("dtype 0x557c..."). doctest's own switch for this,
+// DOCTEST_CONFIG_TREAT_CHAR_STAR_AS_STRING, also turns CHECK(vector == vector) into a
+// compile error.
+template <> struct StringMaker<const char*> {
+  static String convert(const char* s) { return s ? String(s) : String("(null)"); }
+};
+template <> struct StringMaker<char*> : StringMaker<const char*> {};
 }  // namespace doctest
 
 // doctest prints enums as their underlying integer; these overloads (found by ADL) print names.
