@@ -1,6 +1,10 @@
 // Streams, events, cross-stream ordering and the sync choke point (sync_count, SyncPolicy).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -10,12 +14,14 @@
 #include "tests/gpu/gpu_helpers.hpp"
 import brrr;
 
+#include "tests/tensor/helpers.hpp"
+
 using namespace brrr;
 using gpu_test::StreamGate;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 // Device work that takes milliseconds: `rounds` copies of a 256 MiB tensor (each reads and
 // writes 256 MiB, ~0.12 ms on an H200), all enqueued on the current stream.
