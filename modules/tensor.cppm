@@ -30,6 +30,7 @@ enum class ErrorKind : std::uint8_t {
   out_of_memory,
   sync,        ///< a host-device synchronisation refused by SyncPolicy::error
   autograd,    ///< backward through a modified tensor, no grad_fn, ...
+  distributed, ///< ranks: rendezvous, store, a collective's timeout, a dead or mismatched rank, NCCL/Gloo
 };
 
 /// Returns the kind's name, e.g. "shape".

@@ -1,0 +1,332 @@
+// The rendezvous store in one process: a server and clients on threads; every command, the
+// timeouts and their messages, a master that never appears, a server that goes away; and the
+// wire parsers on truncated, oversized, trailing and random bytes.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <optional>
+
+#include "dist/store_protocol.hpp"
+import brrr;
+
+#include "tests/tensor/helpers.hpp"
+
+using namespace brrr;
+using namespace std::chrono_literals;
+namespace wire = brrr::dist::wire;
+
+namespace {
+
+dist::TCPStore server(std::chrono::milliseconds timeout = 5s) {
+  return dist::TCPStore("127.0.0.1", 0, {.is_server = true, .timeout = timeout});
+}
+dist::TCPStore client_of(const dist::TCPStore& s, std::chrono::milliseconds timeout = 5s) {
+  return dist::TCPStore("127.0.0.1", s.port(), {.timeout = timeout});
+}
+
+// A port nobody listens on: bound by a server that is then destroyed.
+int dead_port() {
+  int port = 0;
+  {
+    dist::TCPStore s = server();
+    port = s.port();
+  }
+  return port;
+}
+
+}  // namespace
+
+TEST_CASE("store: set, get, add, check, delete_key, compare_set across two clients") {
+  dist::TCPStore s = server();
+  CHECK(s.is_server());
+  CHECK(s.port() > 0);
+  dist::TCPStore c = client_of(s);
+  CHECK_FALSE(c.is_server());
+
+  s.set("a", "hello");
+  CHECK(c.get("a") == "hello");
+  std::string binary("\0\x01\xff zero", 8);
+  c.set("bin", binary);
+  CHECK(s.get("bin") == binary);
+  c.set("empty", "");
+  CHECK(s.get("empty").empty());
+
+  CHECK(c.add("n", 5) == 5);
+  CHECK(s.add("n", -7) == -2);
+  CHECK(c.get("n") == "-2");
+  CHECK_BRRR_ERROR(c.add("a", 1), ErrorKind::distributed, "add", "key a", "not an integer");
+
+  CHECK(c.check({"a", "n"}));
+  CHECK_FALSE(c.check({"a", "missing"}));
+  CHECK(c.delete_key("a"));
+  CHECK_FALSE(c.delete_key("a"));
+  CHECK_FALSE(s.check({"a"}));
+
+  CHECK(c.compare_set("cs", "", "first") == "first");   // absent + expected empty: set
+  CHECK(c.compare_set("cs", "wrong", "x") == "first");  // mismatch: unchanged
+  CHECK(s.compare_set("cs", "first", "second") == "second");
+  CHECK(c.compare_set("absent", "x", "y").empty());
+  CHECK_FALSE(c.check({"absent"}));
+}
+
+TEST_CASE("store: wait and get block until another client sets the keys") {
+  dist::TCPStore s = server();
+  dist::TCPStore c = client_of(s);
+  std::thread setter([port = s.port()] {
+    dist::TCPStore t("127.0.0.1", port, {.timeout = 5s});
+    std::this_thread::sleep_for(50ms);
+    t.set("k1", "v1");
+    std::this_thread::sleep_for(20ms);
+    t.add("k2", 3);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  c.wait({"k1", "k2"});
+  CHECK(std::chrono::steady_clock::now() - t0 >= 60ms);
+  CHECK(c.get("k2") == "3");
+  setter.join();
+
+  std::thread late([port = s.port()] {
+    dist::TCPStore t("127.0.0.1", port, {.timeout = 5s});
+    std::this_thread::sleep_for(50ms);
+    t.set("late", "here");
+  });
+  CHECK(c.get("late") == "here");  // get waits for the key
+  late.join();
+}
+
+TEST_CASE("store: timeouts are errors naming the missing keys, and the connection stays usable") {
+  dist::TCPStore s = server();
+  dist::TCPStore c = client_of(s, 300ms);
+  s.set("present", "1");
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_BRRR_ERROR(c.wait({"present", "missing"}), ErrorKind::distributed, "TCPStore.wait", "[missing]",
+                   "300 ms", "127.0.0.1:" + std::to_string(s.port()));
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 290ms);
+  CHECK(took < 3s);
+  CHECK_BRRR_ERROR(c.get("nothing"), ErrorKind::distributed, "[nothing]", "not set within 300 ms");
+  CHECK_BRRR_ERROR(c.wait({"missing"}, 100ms), ErrorKind::distributed, "not set within 100 ms");
+  // The same connection still answers after the timed-out waits.
+  c.set("after", "ok");
+  CHECK(s.get("after") == "ok");
+}
+
+TEST_CASE("store: a master that never appears is an error within the timeout naming host:port") {
+  int port = dead_port();
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_BRRR_ERROR(dist::TCPStore("127.0.0.1", port, {.timeout = 400ms}), ErrorKind::distributed,
+                   "could not connect to the store at 127.0.0.1:" + std::to_string(port), "within 400 ms",
+                   "MASTER_ADDR", "rank 0");
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= 300ms);
+  CHECK(took < 3s);
+  CHECK_BRRR_ERROR(dist::TCPStore("no-such-host.invalid", 1234, {.timeout = 200ms}), ErrorKind::distributed,
+                   "no-such-host.invalid:1234", "cannot resolve");
+}
+
+TEST_CASE("store: a client that connects before the server starts gets in once it is up") {
+  int port = dead_port();
+  std::atomic<bool> ok{false};
+  std::thread early([&] {
+    dist::TCPStore c("127.0.0.1", port, {.timeout = 5s});
+    ok = c.get("hello") == "world";
+  });
+  std::this_thread::sleep_for(150ms);
+  dist::TCPStore s("127.0.0.1", port, {.is_server = true, .timeout = 5s});
+  s.set("hello", "world");
+  early.join();
+  CHECK(ok);
+}
+
+TEST_CASE("store: a server that goes away is an error, not a hang") {
+  std::optional<dist::TCPStore> s(server());
+  dist::TCPStore c = client_of(*s, 5s);
+  c.set("x", "1");
+  s.reset();  // the server thread stops and its sockets close
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_BRRR_ERROR(c.wait({"never"}), ErrorKind::distributed, "closed the connection", "rank 0");
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+}
+
+TEST_CASE("store: clone() opens another connection and keeps a hosted server alive") {
+  std::optional<dist::TCPStore> s(server());
+  dist::TCPStore other = s->clone();
+  CHECK(other.is_server());
+  s->set("k", "v");
+  s.reset();
+  CHECK(other.get("k") == "v");
+}
+
+TEST_CASE("store: bad arguments are Error(value)") {
+  dist::TCPStore s = server();
+  CHECK_BRRR_ERROR(s.set("", "v"), ErrorKind::value, "TCPStore.set", "1 to 4096");
+  CHECK_BRRR_ERROR(s.get(std::string(5000, 'k')), ErrorKind::value, "has 5000");
+  CHECK_BRRR_ERROR(s.wait({}), ErrorKind::value, "TCPStore.wait");
+  CHECK_BRRR_ERROR(s.wait({"k"}, 0ms), ErrorKind::value, "positive");
+  CHECK_BRRR_ERROR(dist::TCPStore("127.0.0.1", 0, {}), ErrorKind::value, "client needs the server's port");
+  CHECK_BRRR_ERROR(dist::TCPStore("127.0.0.1", 70000, {}), ErrorKind::value, "70000");
+  int busy = s.port();
+  CHECK_BRRR_ERROR(dist::TCPStore("127.0.0.1", busy, {.is_server = true}), ErrorKind::distributed,
+                   "port " + std::to_string(busy), "MASTER_PORT");
+}
+
+// ---------------------------------------------------------------------------------------
+// The wire format
+// ---------------------------------------------------------------------------------------
+
+namespace {
+wire::ParseResult<wire::Request> parse(const std::string& bytes) {
+  return wire::parse_request(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+}
+std::string frame_of(const std::string& payload) {
+  std::string f;
+  auto n = static_cast<std::uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>(n >> (8 * i) & 0xff));
+  return f + payload;
+}
+}  // namespace
+
+TEST_CASE("wire: every request round-trips, and every proper prefix is incomplete") {
+  std::vector<wire::Request> all = {
+      {.command = wire::Command::hello, .number = wire::magic, .version = wire::version},
+      {.command = wire::Command::set, .keys = {"key"}, .value = std::string("v\0al", 4)},
+      {.command = wire::Command::get, .keys = {"g"}},
+      {.command = wire::Command::add, .keys = {"n"}, .number = -42},
+      {.command = wire::Command::check, .keys = {"a", "bb", "ccc"}},
+      {.command = wire::Command::wait, .keys = {"w"}, .number = 1500},
+      {.command = wire::Command::delete_key, .keys = {"d"}},
+      {.command = wire::Command::compare_set, .keys = {"c"}, .value = "old", .desired = "new"},
+  };
+  for (const auto& q : all) {
+    CAPTURE(wire::to_string(q.command));
+    std::string bytes = wire::encode(q);
+    auto r = parse(bytes + "extra");  // a second message may follow
+    REQUIRE(r.status == wire::Parse::complete);
+    CHECK(r.consumed == bytes.size());
+    CHECK(r.message.command == q.command);
+    CHECK((r.message.keys == q.keys));
+    CHECK(r.message.value == q.value);
+    CHECK(r.message.desired == q.desired);
+    CHECK(r.message.number == q.number);
+    for (std::size_t n = 0; n < bytes.size(); ++n) CHECK(parse(bytes.substr(0, n)).status == wire::Parse::incomplete);
+  }
+  std::vector<wire::Reply> replies = {{.status = wire::Status::ok},
+                                      {.status = wire::Status::value, .value = "xyz"},
+                                      {.status = wire::Status::number, .number = -5},
+                                      {.status = wire::Status::boolean, .number = 1},
+                                      {.status = wire::Status::timed_out},
+                                      {.status = wire::Status::error, .value = "bad"}};
+  for (const auto& m : replies) {
+    std::string bytes = wire::encode(m);
+    auto r = wire::parse_reply(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    REQUIRE(r.status == wire::Parse::complete);
+    CHECK(r.message.status == m.status);
+    CHECK(r.message.value == m.value);
+    CHECK(r.message.number == m.number);
+  }
+}
+
+TEST_CASE("wire: malformed frames are invalid with a reason") {
+  auto invalid = [](const std::string& bytes, const std::string& reason) {
+    auto r = parse(bytes);
+    CHECK(r.status == wire::Parse::invalid);
+    CHECK_MESSAGE(r.error.find(reason) != std::string::npos, r.error);
+    CHECK(r.consumed == 0);
+  };
+  invalid(std::string(4, '\0'), "empty payload");
+  invalid(std::string("\xff\xff\xff\x7f", 4), "over the limit");  // claims 2 GiB: rejected before reading it
+  invalid(frame_of("\x63"), "unknown command");
+  invalid(frame_of(std::string("\x03\x01\0\0\0g!", 7)), "trailing bytes");
+  invalid(frame_of(std::string("\x03\0\0\0\0", 5)), "key is empty");
+  invalid(frame_of(std::string("\x03\x09\0\0\0ab", 7)), "runs past the payload");
+  invalid(frame_of(std::string("\x03\x01\x10\0\0", 5)), "longer than the limit");
+  invalid(frame_of(std::string("\x05\xff\xff\xff\xff", 5)), "more keys than the limit");
+  invalid(frame_of(std::string("\x05\x00\x10\0\0", 5)), "more keys than the payload can hold");
+  invalid(frame_of(std::string("\x06\0\0\0\0\0\0\0\0\x01\0\0\0\x01\0\0\0k", 18)), "timeout must be positive");
+  invalid(frame_of(std::string("\x04\x01\0\0\0n\x01", 7)), "ends inside a field");
+  auto bad_bool = frame_of(std::string("\x03\x02", 2));
+  auto r = wire::parse_reply(reinterpret_cast<const std::uint8_t*>(bad_bool.data()), bad_bool.size());
+  CHECK(r.status == wire::Parse::invalid);
+  CHECK(r.error.find("neither 0 nor 1") != std::string::npos);
+}
+
+TEST_CASE("wire: random and mutated bytes never crash the parsers") {
+  std::mt19937_64 rng(test::fresh_seed());
+  std::vector<std::string> seeds;
+  for (auto c : {wire::Command::set, wire::Command::wait, wire::Command::compare_set, wire::Command::check})
+    seeds.push_back(wire::encode(wire::Request{.command = c, .keys = {"ab", "c"}, .value = "vv", .number = 9}));
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes;
+    if (i % 2) {
+      bytes = seeds[rng() % seeds.size()];
+      for (int m = 0; m < 3; ++m) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+      bytes.resize(rng() % (bytes.size() + 1));
+    } else {
+      bytes.resize(rng() % 64);
+      for (auto& ch : bytes) ch = static_cast<char>(rng());
+      if (bytes.size() >= 4) bytes[2] = bytes[3] = 0;  // plausible lengths
+    }
+    auto q = parse(bytes);
+    auto r = wire::parse_reply(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    CHECK(q.consumed <= bytes.size());
+    CHECK(r.consumed <= bytes.size());
+    if (q.status == wire::Parse::complete) {
+      CHECK(q.consumed >= 5);
+      for (const auto& k : q.message.keys) CHECK(!k.empty());
+    }
+  }
+}
+
+TEST_CASE("store: the server closes a connection that sends garbage and keeps serving the others") {
+  dist::TCPStore s = server();
+  auto raw = [&](const std::string& bytes) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(s.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+    std::string got;
+    char buf[4096];
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (true) {
+      ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;  // closed by the server (or 5 s passed)
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+    close(fd);
+    return wire::parse_reply(reinterpret_cast<const std::uint8_t*>(got.data()), got.size());
+  };
+  // No hello first.
+  auto r1 = raw(wire::encode(wire::Request{.command = wire::Command::get, .keys = {"k"}}));
+  REQUIRE(r1.status == wire::Parse::complete);
+  CHECK(r1.message.status == wire::Status::error);
+  CHECK(r1.message.value.find("hello") != std::string::npos);
+  // A hello, then a malformed frame.
+  std::string hello = wire::encode(wire::Request{.command = wire::Command::hello, .number = wire::magic,
+                                                 .version = wire::version});
+  auto r2 = raw(hello + frame_of("\x63"));
+  CHECK(r2.status == wire::Parse::complete);  // the hello's ok; then the error and the close
+  // The store still serves proper clients.
+  dist::TCPStore c = client_of(s);
+  c.set("still", "here");
+  CHECK(s.get("still") == "here");
+}
