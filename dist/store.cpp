@@ -309,7 +309,7 @@ struct TCPStore::Server {
         short ev = fds[k + 2].revents;
         bool dead = false;
         if (ev & (POLLIN | POLLHUP | POLLERR)) {
-          ssize_t n = recv(c.fd, buf, sizeof buf, 0);
+          ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
           if (n > 0) {
             c.in.append(buf, static_cast<std::size_t>(n));
             serve(c);
@@ -318,7 +318,7 @@ struct TCPStore::Server {
           }
         }
         if (!dead && !c.out.empty()) {
-          ssize_t n = send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+          ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
           if (n > 0) c.out.erase(0, static_cast<std::size_t>(n));
           else if (n < 0 && errno != EAGAIN && errno != EINTR) dead = true;
         }
@@ -414,7 +414,7 @@ struct TCPStore::Connection {
       if (poll(&p, 1, left_ms()) != 1)
         store_error(std::string(what) + ": could not send to the store at " + where() + " within " +
                     std::to_string(wait.count()) + " ms");
-      ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
       if (n < 0 && errno != EINTR && errno != EAGAIN)
         store_error(std::string(what) + ": lost the connection to the store at " + where() + " (" + errno_text() +
                     "); the rank hosting it (rank 0) has probably exited");
@@ -435,7 +435,7 @@ struct TCPStore::Connection {
       if (poll(&p, 1, left_ms()) != 1)
         store_error(std::string(what) + ": no reply from the store at " + where() + " within " +
                     std::to_string(wait.count()) + " ms");
-      ssize_t n = recv(fd, buf, sizeof buf, 0);
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
         store_error(std::string(what) + ": the store at " + where() +
                     " closed the connection; the rank hosting it (rank 0) has probably exited");

@@ -5,7 +5,10 @@
 module;
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 export module brrr.dist;
@@ -78,4 +81,243 @@ private:
   std::shared_ptr<Connection> connection_;
 };
 
+// ---------------------------------------------------------------------------------------
+// Process groups
+// ---------------------------------------------------------------------------------------
+
+/// Which library moves the tensors. automatic: Gloo for CPU tensors and NCCL for CUDA
+/// tensors (PyTorch's "cpu:gloo,cuda:nccl"); nccl: CUDA tensors only; gloo: CPU tensors only.
+/// NCCL exists only in builds with CUDA and NCCL (has_nccl()).
+enum class Backend : std::uint8_t { automatic, nccl, gloo };
+const char* to_string(Backend backend);
+/// Whether this build can run NCCL collectives.
+bool has_nccl();
+
+struct InitOptions {
+  Backend backend = Backend::automatic;
+  /// Deadline of the rendezvous and of every collective of the default group (a collective
+  /// not finished by then is Error(distributed) on every rank that reached it).
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+};
+
+/// Joins the world described by torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR and
+/// MASTER_PORT (LOCAL_RANK, LOCAL_WORLD_SIZE optional; Open MPI's OMPI_COMM_WORLD_* too).
+/// Rank 0 hosts the TCPStore at MASTER_PORT; every rank registers there and waits for the
+/// others. With none of the variables set, a world of one (rank 0, a private store).
+/// Errors (Error(distributed), within the timeout): a rank that does not join (named),
+/// ranks that disagree on WORLD_SIZE, two processes with one RANK, a store that cannot be
+/// reached; Error(value) for a missing or malformed variable; Error(value) when already
+/// initialised. CUDA tensors' NCCL communicator is made at the first CUDA collective.
+void init_process_group(InitOptions options = {});
+bool is_initialized();
+/// Waits until every rank has called it (rank 0 keeps the store up for the others until
+/// then), then closes the communicators and the store. No-op when not initialised.
+void destroy_process_group();
+/// This process's rank in [0, world_size()). Error(value) before init_process_group.
+int rank();
+int world_size();
+/// The rank's index on its node (LOCAL_RANK): the CUDA device to use, cuda:local_rank().
+int local_rank();
+int local_world_size();
+/// The world group's store (for user rendezvous of their own).
+TCPStore& store();
+
+namespace detail {
+struct GroupState;
+struct WorkState;
+}  // namespace detail
+
+/// A set of ranks that run collectives together; ranks inside it are numbered from 0 in the
+/// order given to new_group. A cheap handle.
+class ProcessGroup {
+public:
+  /// This rank's index in the group, -1 when it is not a member.
+  int rank() const;
+  int size() const;
+  bool is_member() const { return rank() >= 0; }
+  /// The group's ranks as world ranks.
+  const std::vector<int>& ranks() const;
+  Backend backend() const;
+  /// "world", "group1", ...: how errors name the group.
+  const std::string& name() const;
+
+  explicit ProcessGroup(std::shared_ptr<detail::GroupState> state) : state_(std::move(state)) {}
+  const std::shared_ptr<detail::GroupState>& state() const { return state_; }
+
+private:
+  std::shared_ptr<detail::GroupState> state_;
+};
+
+/// All ranks (PyTorch's group.WORLD).
+ProcessGroup world_group();
+
+struct NewGroupOptions {
+  std::optional<Backend> backend;                   ///< default: the world's
+  std::optional<std::chrono::milliseconds> timeout;  ///< default: the world's
+};
+/// A group of `ranks` (distinct world ranks, any order; empty = all). Every rank of the world
+/// must call new_group with the same ranks in the same order of calls, members or not
+/// (PyTorch's rule); a non-member gets a handle with rank() == -1.
+ProcessGroup new_group(std::vector<int> ranks, NewGroupOptions options = {});
+
+// ---------------------------------------------------------------------------------------
+// Collectives
+// ---------------------------------------------------------------------------------------
+
+/// Reductions. avg needs a floating dtype. On bool tensors sum and max are a logical or,
+/// product and min a logical and (what PyTorch does for NCCL).
+enum class ReduceOp : std::uint8_t { sum, avg, product, max, min };
+const char* to_string(ReduceOp op);
+
+/// A collective in flight. For CUDA tensors wait() makes the CURRENT stream wait for the
+/// collective's event (device-side: the host returns at once) and is_completed() asks the
+/// event; for CPU tensors (Gloo) wait() blocks the host until the worker thread is done.
+/// Either way a failed collective throws its Error(distributed) from wait().
+class Work {
+public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+  void wait();
+  /// Never blocks: true once the collective has finished (or failed).
+  bool is_completed() const;
+  /// "all_reduce #7 (group world)". Empty for a default Work.
+  std::string name() const;
+  bool defined() const { return state_ != nullptr; }
+
+private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+struct CollectiveOptions {
+  /// Return at once with a Work to wait() on. Without it the call returns when the result
+  /// may be used in program order: for CUDA tensors the current stream already waits for the
+  /// collective (still no host wait); for CPU tensors the host has waited.
+  bool async_op = false;
+  /// Default: the world.
+  std::optional<ProcessGroup> group;
+};
+
+// Every collective must be called by every rank of the group, in the same order, with
+// tensors of the same dtype and matching shapes; tensors must be contiguous, on the CPU
+// (Gloo) or on this rank's CUDA device (NCCL), every dtype (f32, f64, bf16, f16, i32, i64,
+// bool). Results are written in place (version counters bumped). Bad arguments are
+// Error(shape|dtype|device|value) naming the collective; BRRR_DIST_DEBUG=1 checks through
+// the store that all ranks called the same collective with the same dtype, shape and op,
+// and reports the first rank that differs. Ranks below are group ranks.
+
+/// Reduces `tensor` over the ranks, in place on every rank.
+Work all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum, CollectiveOptions options = {});
+/// Copies src's tensor into every rank's `tensor`.
+Work broadcast(const Tensor& tensor, int src, CollectiveOptions options = {});
+/// Reduces into dst's `tensor`; the others' tensors are left unchanged.
+Work reduce(const Tensor& tensor, int dst, ReduceOp op = ReduceOp::sum, CollectiveOptions options = {});
+/// output = every rank's input, in rank order along dim 0: output [N * d0, ...] (or any
+/// contiguous shape of N * input.numel() elements, e.g. [N, d0, ...]).
+Work all_gather(const Tensor& output, const Tensor& input, CollectiveOptions options = {});
+/// outputs[r] = rank r's input (outputs.size() == N, each shaped like input).
+Work all_gather(const std::vector<Tensor>& outputs, const Tensor& input, CollectiveOptions options = {});
+/// Reduces input (N * output.numel() elements, rank r's block r after the reduction lands in
+/// rank r's output): PyTorch's reduce_scatter_tensor.
+Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                    CollectiveOptions options = {});
+/// Block j of rank i's input (N equal blocks of input.numel() / N elements) goes to block i
+/// of rank j's output (PyTorch's all_to_all_single with equal splits).
+Work all_to_all(const Tensor& output, const Tensor& input, CollectiveOptions options = {});
+/// outputs[i] = rank i's inputs[this rank]; sizes may differ per pair (both lists have N
+/// entries, of one dtype).
+Work all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                CollectiveOptions options = {});
+/// Point to point: the matching recv on rank dst gets `tensor` (same numel and dtype).
+void send(const Tensor& tensor, int dst, CollectiveOptions options = {});
+/// Receives from rank src into `tensor`.
+void recv(const Tensor& tensor, int src, CollectiveOptions options = {});
+Work isend(const Tensor& tensor, int dst, CollectiveOptions options = {});
+Work irecv(const Tensor& tensor, int src, CollectiveOptions options = {});
+/// Returns when every rank of the group has called it (a host wait; a store barrier when
+/// the group has no Gloo context).
+void barrier(CollectiveOptions options = {});
+
 }  // namespace brrr::dist
+
+// Not exported: what the implementation units of brrr.dist share.
+namespace brrr::dist::detail {
+
+/// The kinds of collective, for messages and the debug check.
+enum class Op : std::uint8_t {
+  all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, all_to_all_list, send, recv, barrier
+};
+const char* to_string(Op op);
+
+/// One call, as a backend sees it. Tensors are contiguous and checked. `peer` is the root
+/// (broadcast, reduce) or the other rank (send, recv), as a group rank.
+struct Call {
+  Op op = Op::barrier;
+  ReduceOp reduce = ReduceOp::sum;
+  int peer = -1;
+  std::vector<Tensor> inputs, outputs;
+  bool async_op = false;
+  std::uint64_t seq = 0;  ///< the group's count of collectives before this one (send/recv: not counted)
+  std::string label;      ///< "all_reduce #7 (world)", "send #3 to rank 1 (world)"
+};
+
+struct WorkState {
+  virtual ~WorkState() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+  std::string label;
+};
+
+/// A library moving tensors for one group (Gloo or NCCL).
+class Comm {
+public:
+  virtual ~Comm() = default;
+  virtual std::shared_ptr<WorkState> run(Call call) = 0;
+  /// Closes the communicator (waiting for work in flight up to the timeout).
+  virtual void shutdown() = 0;
+};
+
+/// The state behind a ProcessGroup.
+struct GroupState {
+  int id = 0;                  ///< 0 for the world, then 1, 2, ... in new_group order
+  std::string name;            ///< "world", "group1", ...
+  std::vector<int> ranks;      ///< world ranks of the members
+  int rank = -1;               ///< this process's group rank (-1: not a member)
+  Backend backend = Backend::automatic;
+  std::chrono::milliseconds timeout{0};
+  std::string prefix;          ///< store keys of this group start with it: "g0/"
+  std::uint64_t seq = 0;       ///< collectives issued so far (the same on every member)
+  std::uint64_t p2p_seq = 0;   ///< sends and receives issued so far (differs between ranks)
+  std::unique_ptr<Comm> gloo;  ///< made with the group (CPU tensors)
+  std::unique_ptr<Comm> nccl;  ///< made at the first CUDA collective
+
+  /// Set once a collective failed (by whichever thread saw it): the group refuses further work.
+  void set_failure(const std::string& message) {
+    std::lock_guard lock(failure_mutex_);
+    if (failure_.empty()) failure_ = message;
+  }
+  std::string failure() const {
+    std::lock_guard lock(failure_mutex_);
+    return failure_;
+  }
+
+private:
+  mutable std::mutex failure_mutex_;
+  std::string failure_;
+};
+
+/// The world's store (a clone per caller thread where needed).
+TCPStore& world_store();
+int world_rank();
+
+/// After collective `label` (#seq) failed on this rank with `what`: publishes this rank's
+/// position through the store, waits briefly for the other ranks' reports, and returns the
+/// message naming the ranks that did not arrive. `store` is a connection of the caller's own.
+std::string failure_report(TCPStore& store, const GroupState& group, std::uint64_t seq, const std::string& label,
+                           const std::string& what);
+
+/// Gloo for `group` (connects the full mesh through the store; the group's members only).
+std::unique_ptr<Comm> make_gloo(GroupState& group);
+/// NCCL for `group` on `device` (a CUDA device index); Error(device) in builds without NCCL.
+std::unique_ptr<Comm> make_nccl(GroupState& group, int device);
+
+}  // namespace brrr::dist::detail
