@@ -175,13 +175,24 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 // Every rank registers and waits for the others; the first problem seen is written to the
-// store so that every rank fails with the same message.
+// store so that every rank fails with the same message. Rank 0, which hosts the store, stays
+// (up to 3 s) until the others have read it.
 void rendezvous(TCPStore& store, const Environment& e, milliseconds timeout) {
   const std::string me = "rank " + std::to_string(e.rank) + " (" + identity() + ")";
+  store.add("init/arrived", 1);
+  auto throw_error = [&](const std::string& message) {
+    store.add("init/acks", 1);
+    if (store.is_server()) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (store.add("init/acks", 0) < store.add("init/arrived", 0) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+    throw Error(ErrorKind::distributed, "init_process_group: " + message);
+  };
   auto fail_all = [&](const std::string& message) {
     store.compare_set("init/error", "", message);
     store.set("init/done", "error");
-    throw Error(ErrorKind::distributed, "init_process_group: " + message);
+    throw_error(store.get("init/error"));
   };
   std::string size_seen = store.compare_set("init/world_size", "", std::to_string(e.size));
   if (size_seen != std::to_string(e.size))
@@ -198,14 +209,12 @@ void rendezvous(TCPStore& store, const Environment& e, milliseconds timeout) {
     std::vector<int> absent;
     for (int r = 0; r < e.size; ++r)
       if (!store.check({"init/rank/" + std::to_string(r)})) absent.push_back(r);
-    throw Error(ErrorKind::distributed,
-                "init_process_group: " + std::to_string(e.size - static_cast<int>(absent.size())) + " of " +
-                    std::to_string(e.size) + " ranks joined within " + std::to_string(timeout.count()) +
-                    " ms; missing: rank" + (absent.size() == 1 ? " " : "s ") + rank_list(absent) + " (store at " +
-                    store.host() + ":" + std::to_string(store.port()) + ", WORLD_SIZE=" + std::to_string(e.size) + ")");
+    throw_error(std::to_string(e.size - static_cast<int>(absent.size())) + " of " + std::to_string(e.size) +
+                " ranks joined within " + std::to_string(timeout.count()) + " ms; missing: rank" +
+                (absent.size() == 1 ? " " : "s ") + rank_list(absent) + " (store at " + store.host() + ":" +
+                std::to_string(store.port()) + ", WORLD_SIZE=" + std::to_string(e.size) + ")");
   }
-  if (store.check({"init/error"}))
-    throw Error(ErrorKind::distributed, "init_process_group: " + store.get("init/error"));
+  if (store.check({"init/error"})) throw_error(store.get("init/error"));
 }
 
 std::shared_ptr<detail::GroupState> make_group(World& w, int id, std::vector<int> ranks, Backend backend,
