@@ -17,6 +17,12 @@ export namespace brrr::autograd {
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
 
+/// Runs fn once the backward pass now running on this thread has finished walking the graph
+/// (PyTorch's Engine::queue_callback; DDP finishes its gradient all-reduces here). Callbacks
+/// run in the order queued, before backward() returns; an exception from one propagates out
+/// of backward(). Error(autograd) when no backward pass is running.
+void queue_callback(std::function<void()> fn);
+
 /// Gradients of `outputs` with respect to `inputs` (which must require grad), returned
 /// instead of accumulated into .grad(). allow_unused: an input not reached gets an undefined
 /// tensor instead of Error(autograd). retain_graph defaults to create_graph.

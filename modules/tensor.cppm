@@ -3,6 +3,7 @@
 module;
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
@@ -214,6 +215,7 @@ struct CopyOptions {
 
 namespace autograd {
 class Node;
+class RemovableHandle;
 }
 struct TensorInternals;  // implementation units' access to Tensor's state
 
@@ -363,6 +365,21 @@ public:
   void set_data(const Tensor& other) const;
   /// For op implementations: makes this tensor output `output_nr` of `fn`.
   void set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr = 0) const;
+  /// A gradient hook (PyTorch's register_hook): during backward, fn(grad) runs on the gradient
+  /// with respect to this tensor (summed over its uses) before it is accumulated into a leaf's
+  /// grad() or passed on to the op that made it; a defined result replaces the gradient
+  /// (shape must match). Hooks run in registration order. Error(autograd) unless this tensor
+  /// requires grad.
+  autograd::RemovableHandle register_hook(std::function<Tensor(const Tensor&)> fn) const;
+  /// Leaves only: fn(leaf) runs each time backward has accumulated a gradient into grad()
+  /// (PyTorch's register_post_accumulate_grad_hook; DDP starts its bucket all-reduces here).
+  /// Error(autograd) for a non-leaf or a leaf that does not require grad.
+  autograd::RemovableHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  /// Makes backward keep this non-leaf's gradient in grad() (accumulated like a leaf's); a
+  /// no-op for leaves. Error(autograd) unless it requires grad.
+  void retain_grad() const;
+  /// True for leaves that require grad and for non-leaves after retain_grad().
+  bool retains_grad() const;
 
   // --- shortcuts for common ops (defined by brrr.ops; see the free functions there) ---
   /// Sum of all elements: [..] -> [] (integers and bool sum to i64).
@@ -439,6 +456,28 @@ struct Edge {
   bool defined() const { return node != nullptr; }
 };
 
+/// The hooks of one tensor (leaf) or of one output of a node, by registration id.
+struct HookList {
+  std::uint64_t next_id = 0;
+  std::vector<std::pair<std::uint64_t, std::function<Tensor(const Tensor&)>>> grad;
+  std::vector<std::pair<std::uint64_t, std::function<void(const Tensor&)>>> post_accumulate;
+  /// Runs the gradient hooks on `g` in order; returns the (possibly replaced) gradient.
+  Tensor run(Tensor g, const char* what) const;
+};
+
+/// What register_hook returns: remove() unregisters the hook (idempotent; harmless once the
+/// tensor is gone), like torch.utils.hooks.RemovableHandle.
+class RemovableHandle {
+public:
+  RemovableHandle() = default;
+  RemovableHandle(std::weak_ptr<HookList> list, std::uint64_t id) : list_(std::move(list)), id_(id) {}
+  void remove();
+
+private:
+  std::weak_ptr<HookList> list_;
+  std::uint64_t id_ = 0;
+};
+
 /// A recorded op: given the gradients of its outputs, returns those of its inputs (one per
 /// next_edges entry; undefined where an input needs none). Backward rules are written with
 /// Tensor ops, so under create_graph they are recorded too.
@@ -456,6 +495,9 @@ public:
   virtual void release_saved() {}
 
   std::vector<Edge> next_edges;
+  /// Hooks on the gradients of this node's outputs (index = output_nr), run by the engine
+  /// before apply(); empty unless some output has a hook.
+  std::vector<std::shared_ptr<HookList>> output_hooks;
   std::uint32_t num_outputs = 1;
   std::uint64_t sequence_nr;  ///< creation order: later nodes run first on ties
   bool released = false;
@@ -543,6 +585,8 @@ struct Tensor::Impl {
   std::shared_ptr<autograd::Node> grad_fn;
   std::uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> accumulator;  // a leaf's AccumulateGrad, made on demand
+  std::shared_ptr<autograd::HookList> hooks;  // a leaf's hooks (register_hook and friends)
+  bool retains_grad = false;                  // a non-leaf whose gradient is kept (retain_grad)
 };
 
 struct TensorInternals {
