@@ -345,12 +345,13 @@ private:
           const std::size_t k = count(in);
           if (c.outputs.size() == 1 && count(c.outputs[0]) == n * k) {  // into one tensor
             S* out = ptr(c.outputs[0]);
+            const bool in_place = ptr(in) == out + static_cast<std::size_t>(me) * k;  // the input is our block
             if (n == 1 || k == 0) {
-              std::memcpy(out, ptr(in), k * sizeof(S));
+              if (!in_place) std::memcpy(out, ptr(in), k * sizeof(S));
               return;
             }
             gloo::AllgatherOptions o(context_);
-            o.setInput(ptr(in), k);
+            if (!in_place) o.setInput(ptr(in), k);
             o.setOutput(out, n * k);
             o.setTag(tag);
             o.setTimeout(timeout);

@@ -13,6 +13,9 @@ module;
 #include <vector>
 export module brrr.dist;
 import brrr.tensor;
+import brrr.nn;
+import brrr.optim;
+import brrr.data;
 
 export namespace brrr::dist {
 
@@ -238,6 +241,199 @@ Work irecv(const Tensor& tensor, int src, CollectiveOptions options = {});
 void barrier(CollectiveOptions options = {});
 
 }  // namespace brrr::dist
+
+// ---------------------------------------------------------------------------------------
+// Data parallelism, ZeRO, tensor parallelism: the ranks' parts of nn, optim and data
+// ---------------------------------------------------------------------------------------
+
+export namespace brrr::nn {
+
+struct DistributedDataParallelOptions {
+  /// Bucket size limit in MiB (PyTorch's bucket_cap_mb); a parameter larger than it gets a
+  /// bucket of its own.
+  double bucket_cap_mb = 25;
+  /// The first bucket (the last parameters, whose gradients come first) is smaller, so its
+  /// all-reduce starts early (PyTorch's 1 MiB).
+  double first_bucket_cap_mb = 1;
+  /// Parameters that get no gradient in a backward pass count as zero gradients instead of
+  /// an error.
+  bool find_unused_parameters = false;
+  /// Each forward broadcasts the module's buffers from rank 0 first.
+  bool broadcast_buffers = true;
+  /// Default: the world.
+  std::optional<dist::ProcessGroup> process_group;
+};
+
+/// Data parallelism (Li et al. 2020, "PyTorch Distributed", VLDB): every rank holds the whole
+/// module and a shard of each batch; gradients are averaged over the ranks during backward.
+/// Construction broadcasts parameters and buffers from rank 0. Parameters (those requiring
+/// grad) are split into buckets in reverse registration order (the order their gradients
+/// come in), per dtype and device, the first one first_bucket_cap_mb, the others
+/// bucket_cap_mb; each parameter's gradient lives in its bucket (grad() is a view of it, so
+/// nothing is copied out). A post-accumulate-grad hook copies each gradient into its bucket;
+/// the bucket whose last gradient arrives starts its all-reduce (ReduceOp::avg, async, on the
+/// communication stream for CUDA) at once, while backward goes on, buckets always in index
+/// order (the same order on every rank); the end of backward (autograd::queue_callback) makes
+/// the current stream wait for them: no host wait. A parameter that got no gradient is an
+/// Error(value) naming it, or a zero gradient with find_unused_parameters. Move the module to
+/// its device before wrapping it.
+class DistributedDataParallel : public Module {
+public:
+  explicit DistributedDataParallel(Module module, DistributedDataParallelOptions options = {});
+  /// The wrapped module (registered as child "module").
+  Module module() const;
+  /// The dotted names of each bucket's parameters (bucket 0 first).
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+
+  /// While alive, backward passes accumulate gradients locally without communicating
+  /// (gradient accumulation); the first backward after it averages the sum. RAII.
+  class NoSyncGuard {
+  public:
+    explicit NoSyncGuard(std::shared_ptr<bool> flag) : flag_(std::move(flag)), previous_(*flag_) { *flag_ = true; }
+    ~NoSyncGuard() { *flag_ = previous_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+  private:
+    std::shared_ptr<bool> flag_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() const;
+};
+
+struct ColumnParallelLinearOptions {
+  bool bias = true;
+  /// all_gather the output shards along the last dim (y is [..., out]); false leaves this
+  /// rank's [..., out / N] for a RowParallelLinear to take.
+  bool gather_output = true;
+  std::optional<dist::ProcessGroup> group;
+};
+
+/// Megatron-LM's column-parallel linear layer (Shoeybi et al. 2019, section 3): y = x A^T + b
+/// with A [out, in] split by rows (output features) over the N ranks of the group; rank r
+/// holds A_r [out/N, in] and b_r. Forward: f (identity; its backward all-reduces the input's
+/// gradient), y_r = x A_r^T + b_r, then g (all_gather along the last dim) when gather_output.
+/// The weights are a shard of an nn::Linear(in, out) initialised from the seeded generator, so
+/// with the same manual_seed on every rank the layer equals that unsharded Linear.
+/// Error(value) unless N divides out.
+class ColumnParallelLinear : public Module {
+public:
+  ColumnParallelLinear(std::int64_t in_features, std::int64_t out_features, ColumnParallelLinearOptions options = {});
+  /// This rank's shard of `full` (copied).
+  static ColumnParallelLinear from_linear(const Linear& full, ColumnParallelLinearOptions options = {});
+  Tensor weight() const;  ///< [out/N, in]
+  Tensor bias() const;    ///< [out/N] (undefined without bias)
+
+private:
+  explicit ColumnParallelLinear(std::shared_ptr<ModuleImpl> impl) : Module(std::move(impl)) {}
+};
+
+struct RowParallelLinearOptions {
+  bool bias = true;
+  /// The input is already split along its last dim ([..., in/N], e.g. from a column-parallel
+  /// layer with gather_output = false); false: split the full input here.
+  bool input_is_parallel = true;
+  std::optional<dist::ProcessGroup> group;
+};
+
+/// Megatron-LM's row-parallel linear layer (Shoeybi et al. 2019, section 3): A [out, in] split
+/// by columns (input features); rank r holds A_r [out, in/N]. Forward: y = all_reduce(x_r
+/// A_r^T) + b (g: all_reduce forward, identity backward); b is whole on every rank. Equal to
+/// nn::Linear(in, out) from the same seed. Error(value) unless N divides in.
+class RowParallelLinear : public Module {
+public:
+  RowParallelLinear(std::int64_t in_features, std::int64_t out_features, RowParallelLinearOptions options = {});
+  static RowParallelLinear from_linear(const Linear& full, RowParallelLinearOptions options = {});
+  Tensor weight() const;  ///< [out, in/N]
+  Tensor bias() const;    ///< [out]
+
+private:
+  explicit RowParallelLinear(std::shared_ptr<ModuleImpl> impl) : Module(std::move(impl)) {}
+};
+
+/// The transformer MLP split over the group (Megatron-LM's ParallelMLP): ColumnParallelLinear
+/// (embed -> hidden, gather_output = false), GELU, RowParallelLinear (hidden -> embed,
+/// input_is_parallel): one all-reduce forward and one backward. Children "fc" and "proj";
+/// equal to Sequential{Linear(embed, hidden), GELU(), Linear(hidden, embed)} from the same seed.
+class ParallelMLP : public Module {
+public:
+  ParallelMLP(std::int64_t embed_dim, std::int64_t hidden_dim, std::optional<dist::ProcessGroup> group = std::nullopt);
+};
+
+}  // namespace brrr::nn
+
+export namespace brrr::optim {
+
+struct ZeroOptions {
+  /// Default: the world.
+  std::optional<dist::ProcessGroup> process_group;
+};
+
+/// ZeRO stage 1 (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+/// Trillion Parameter Models"): the optimizer state is sharded over the ranks. The parameters
+/// (one device and dtype) become views of one flat buffer padded to a multiple of N; rank r
+/// owns elements [r S, (r+1) S). step(): the gradients (local, not averaged: use it without
+/// DDP) are copied into a flat buffer and reduce_scatter'ed with ReduceOp::avg, rank r updates
+/// its shard with AdamW (or SGD), and all_gather brings every rank the updated parameters.
+/// Optimizer state per rank is 1/N of the unsharded optimizer's (optimizer_state_bytes()).
+/// A parameter without a gradient counts as a zero gradient.
+class ZeroRedundancyOptimizer final : public Optimizer {
+public:
+  /// Over AdamW (Loshchilov & Hutter 2019) with these options.
+  ZeroRedundancyOptimizer(std::vector<Tensor> params, AdamOptions options = {.weight_decay = 0.01},
+                          ZeroOptions zero = {});
+  /// Over SGD with these options.
+  static std::unique_ptr<ZeroRedundancyOptimizer> with_sgd(std::vector<Tensor> params, SGDOptions options,
+                                                           ZeroOptions zero = {});
+  ~ZeroRedundancyOptimizer() override;
+  void step() override;
+  /// Elements of the flat parameter buffer this rank updates (S).
+  std::int64_t shard_numel() const;
+  /// Bytes of this rank's optimizer state (momentum buffers, Adam moments) now.
+  std::uint64_t optimizer_state_bytes() const;
+
+private:
+  struct State;
+  static std::unique_ptr<State> make_state(const std::vector<Tensor>& params, const ZeroOptions& zero);
+  ZeroRedundancyOptimizer(std::vector<Tensor> params, std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace brrr::optim
+
+export namespace brrr::data {
+
+struct DistributedSamplerOptions {
+  std::optional<int> num_replicas;  ///< default: dist::world_size()
+  std::optional<int> rank;          ///< default: dist::rank()
+  bool shuffle = true;
+  /// Epoch e shuffles with seed + e; the same on every rank, so shards are disjoint.
+  std::uint64_t seed = 0;
+  /// Drop the tail so every rank gets floor(n / N); otherwise pad by repeating the first
+  /// indices to ceil(n / N) each (PyTorch's DistributedSampler).
+  bool drop_last = false;
+};
+
+/// Each rank's share of a dataset of `size` examples per epoch (PyTorch's DistributedSampler):
+/// the epoch's order (a seeded shuffle, or 0..n-1), padded or cut to a multiple of N, and rank
+/// r takes positions r, r + N, r + 2N, ... Feed it through data::Subset.
+class DistributedSampler {
+public:
+  explicit DistributedSampler(std::int64_t size, DistributedSamplerOptions options = {});
+  /// Reshuffles: call at the start of every epoch.
+  void set_epoch(std::int64_t epoch);
+  std::int64_t epoch() const { return epoch_; }
+  /// This rank's indices for the current epoch (num_samples() of them).
+  std::vector<std::int64_t> indices() const;
+  std::int64_t num_samples() const;
+
+private:
+  std::int64_t size_, epoch_ = 0;
+  int replicas_, rank_;
+  DistributedSamplerOptions options_;
+};
+
+}  // namespace brrr::data
 
 // Not exported: what the implementation units of brrr.dist share.
 namespace brrr::dist::detail {
