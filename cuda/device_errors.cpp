@@ -76,8 +76,8 @@ std::vector<Flag>& flags() {
 
 }  // namespace
 
-/// A device-visible pointer to cuda:`device`'s error flag (an int in mapped pinned host
-/// memory, created lazily). Kernels store a nonzero op code into it on an out-of-range index.
+// An int in mapped pinned host memory, created lazily. Kernels store a nonzero op code into
+// it on an out-of-range index.
 int* device_error_flag(int device) {
   std::lock_guard lock(flags_mutex);
   auto& f = flags();
@@ -101,9 +101,9 @@ int* device_error_flag(int device) {
   return slot.device;
 }
 
-/// Reads cuda:`device`'s error flag; if a kernel set it, clears it and throws Error(index)
-/// naming the op. Call only after the host has waited for the device (the flag is written
-/// by kernels that may still be running otherwise). No CUDA call, never blocks.
+// Reads the flag; if a kernel set it, clears it and throws Error(index) naming the op. Call
+// only after the host has waited for the device (the flag is written by kernels that may
+// still be running otherwise). No CUDA call, never blocks.
 void check_device_errors(int device) {
   int* host = nullptr;
   {

@@ -195,8 +195,6 @@ std::uint64_t sync_count() { return syncs.load(); }
 void set_sync_policy(SyncPolicy p) { policy.store(p); }
 SyncPolicy sync_policy() { return policy.load(); }
 
-void check_device_errors(int device);  // cuda/device_errors.cpp
-
 void synchronize_stream(const StreamState& stream, const char* api) {
   note_sync(api);
   BRRR_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));

@@ -1,6 +1,8 @@
 // brrr.backend — internal: the contract both backends implement (CPU in ops/cpu, CUDA in
 // ops/cuda) and the CUDA runtime internals (raw streams, caching allocators, the one sync
 // choke point, generator state). Not re-exported by `brrr`; users write brrr.cuda instead.
+// The contract's value types (Operand, Window2d, OptimizerStep, GemmArgs, the op lists and
+// the conversion rules) are in backend/contract.hpp, which nvcc compiles too.
 module;
 #include <cmath>
 #include <cstddef>
@@ -10,163 +12,108 @@ module;
 #include <type_traits>
 #include <string>
 #include <vector>
+
+#include "backend/contract.hpp"
 export module brrr.backend;
 import brrr.tensor;
 
 export namespace brrr::backend {
 
-/// Most dims an operand may have: shapes and strides travel by value in fixed arrays.
-inline constexpr int max_dims = 8;
-
-/// A strided view as kernels see it: data already includes the layout offset.
-struct Operand {
-  void* data = nullptr;
-  DType dtype = DType::f32;
-  int device = -1;  ///< CUDA device index, -1 on the CPU
-  int ndim = 0;
-  std::int64_t numel = 0;
-  std::int64_t sizes[max_dims] = {};
-  std::int64_t strides[max_dims] = {};
-};
+using backend::BinaryKind;
+using backend::BinaryOp;
+using backend::Distribution;
+using backend::GemmArgs;
+using backend::Integers;
+using backend::is_comparison;
+using backend::is_rounding_division;
+using backend::keeps_integers;
+using backend::kind_of;
+using backend::max_dims;
+using backend::name_of;
+using backend::Operand;
+using backend::OptimizerKind;
+using backend::OptimizerStep;
+using backend::ReduceOp;
+using backend::UnaryOp;
+using backend::Window2d;
+using backend::with_op;
 
 /// The operand of `t` (any layout). Throws Error(shape) past max_dims dims.
 Operand operand(const Tensor& t, const char* op);
 
-/// What a random fill draws.
-enum class Distribution : std::uint8_t { uniform, normal, integer };
+// The contract: every kernel both backends implement, each written once here. X(name,
+// (parameters)) generates Backend's pure virtual member and the CpuBackend and CudaBackend
+// overrides below, so a kernel missing from a backend is a build error (a link error naming
+// it). CUDA implementations enqueue on the current stream of the operands' device and return
+// at once; CPU ones run before returning.
+#define BRRR_BACKEND_KERNELS(X)                                                                                      \
+  /* out[i] = value, converted to out.dtype. */                                                                     \
+  X(fill, (const Operand& out, double value))                                                                       \
+  /* dst[i] = convert(src[i]); same shape, any strides, any dtype pair. */                                          \
+  X(copy, (const Operand& dst, const Operand& src))                                                                 \
+  /* out (contiguous) [i] = start + i * step, converted to out.dtype. */                                            \
+  X(arange, (const Operand& out, double start, double step))                                                        \
+  /* out (contiguous) from Philox words at (seed, offset); low/high bound integers. */                              \
+  X(random, (const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,     \
+             std::int64_t high))                                                                                    \
+  /* out[i] = f(in[i]); same shape and dtype (p0/p1: clamp's bounds). */                                            \
+  X(unary, (UnaryOp op, const Operand& out, const Operand& in, double p0, double p1))                               \
+  /* out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one dtype; out has that     \
+     dtype (bool for comparisons). */                                                                               \
+  X(binary, (BinaryOp op, const Operand& out, const Operand& a, const Operand& b))                                  \
+  /* out[i] = f(a[i], s) (or f(s, a[i]) when scalar_first); s converted to a's dtype. */                            \
+  X(binary_scalar, (BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first))                \
+  /* out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's shape, a/b of out's dtype. */                           \
+  X(where, (const Operand& out, const Operand& cond, const Operand& a, const Operand& b))                           \
+  /* Reduces `in` over the dims set in dims_mask into `out` (same ndim, size 1 on reduced dims). sum: out dtype =   \
+     in's for floats (or f32 for bf16/f16), i64 for integers and bool (CPU accumulates floats in f64, CUDA in      \
+     f32/f64). max/min: out dtype = in's; with `indices` (i64, out's shape) exactly one dim is reduced and the     \
+     first index of the extreme is written. NaN propagates through max/min. */                                      \
+  X(reduce, (ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask, const Operand* indices))  \
+  /* Batched matrix product (see GemmArgs). */                                                                      \
+  X(gemm, (const GemmArgs& args))                                                                                   \
+  /* Row softmax (log_softmax when `log`) over the last dim of contiguous [rows, cols] operands, numerically       \
+     stable (max subtracted; rows of -inf give NaN as PyTorch). */                                                  \
+  X(softmax, (const Operand& out, const Operand& in, bool log))                                                     \
+  /* out[i][j][k] = in[i][index[i][j][k]][k] for dim 1 (likewise for any dim); index i64 with out's shape.          \
+     Out-of-range indices: Error(index) on the CPU; on CUDA clamped and reported through the deferred device       \
+     error flag (ops/index.cpp). */                                                                                 \
+  X(gather, (const Operand& out, const Operand& in, int dim, const Operand& index))                                 \
+  /* out[i][index[i][j][k]][k] += src[i][j][k] for dim 1 (likewise for any dim), in place. deterministic: a fixed   \
+     summation order (slower on CUDA) instead of atomics. */                                                        \
+  X(scatter_add, (const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic))       \
+  /* im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the padding read pad_value. */ \
+  X(im2col, (const Operand& out, const Operand& in, const Window2d& w, double pad_value))                           \
+  /* col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W] (contiguous, zeroed by the      \
+     caller). */                                                                                                    \
+  X(col2im, (const Operand& out, const Operand& in, const Window2d& w))                                             \
+  /* Layer norm over the last dim of contiguous [rows, cols]: out = (x - mean) * rstd * w + b; mean and rstd        \
+     ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for backward. weight/bias may be nullptr. */    \
+  X(layer_norm, (const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,                   \
+                 const Operand* weight, const Operand* bias, double eps))                                           \
+  /* Fused cross entropy over the rows of contiguous logits [rows, C] (floating) with class indices `target`       \
+     [rows] (i32/i64). Writes `out` [2, rows] (the accumulation dtype: f64 for f64 logits, f32 otherwise): row 0   \
+     the losses (1 - e)(lse - x_t) + e (lse - mean_c x), row 1 the weights (1, or 0 where the target is            \
+     ignore_index); and `lse` [rows], each row's log-sum-exp. A target outside [0, C) that is not ignore_index:    \
+     Error(index) on the CPU, the deferred device error on CUDA (its row weighs 0). */                              \
+  X(cross_entropy_forward, (const Operand& out, const Operand& lse, const Operand& logits, const Operand& target,  \
+                            std::int64_t ignore_index, double label_smoothing))                                     \
+  /* grad_logits [rows, C] (logits' dtype) = s_i (softmax(x_i) - (1 - e) onehot(t_i) - e / C), s_i = 0 for ignored \
+     rows, else grad[i] (per_row) or grad[0] / count[0] (count nullptr: grad[0]); grad, count and lse in the       \
+     accumulation dtype, on the logits' device. */                                                                  \
+  X(cross_entropy_backward, (const Operand& grad_logits, const Operand& logits, const Operand& lse,                 \
+                             const Operand& target, const Operand& grad, bool per_row, const Operand* count,        \
+                             std::int64_t ignore_index, double label_smoothing))                                    \
+  /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
+  X(optimizer_step, (const OptimizerStep& step))
 
-/// Geometry of a 2-D convolution/pooling window sweep over an [N, C, H, W] input.
-struct Window2d {
-  std::int64_t n = 0, c = 0, h = 0, w = 0;        ///< input
-  std::int64_t kh = 1, kw = 1;                    ///< kernel
-  std::int64_t sh = 1, sw = 1;                    ///< stride
-  std::int64_t ph = 0, pw = 0;                    ///< padding (top/left; bottom/right as needed)
-  std::int64_t dh = 1, dw = 1;                    ///< dilation
-  std::int64_t out_h = 0, out_w = 0;              ///< output positions
-};
-
-/// Which update an optimizer_step applies (formulas in optim/, with their sources).
-enum class OptimizerKind : std::uint8_t { sgd, adam, adamw };
-
-/// One fused optimizer update over many same-dtype, contiguous tensors. Pointers per tensor:
-/// param, grad, and up to three state buffers (SGD: momentum; Adam/AdamW: exp_avg,
-/// exp_avg_sq, max_exp_avg_sq when amsgrad). Unused entries are nullptr.
-struct OptimizerStep {
-  OptimizerKind kind = OptimizerKind::sgd;
-  DType dtype = DType::f32;
-  int device = -1;
-  std::vector<void*> params, grads, state1, state2, state3;
-  std::vector<std::int64_t> numels;
-  double lr = 0, weight_decay = 0;
-  double momentum = 0, dampening = 0;       ///< SGD
-  bool nesterov = false, first_step = false;  ///< SGD: first_step initialises momentum = grad
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< Adam/AdamW
-  double bias_correction1 = 1, bias_correction2 = 1;  ///< 1 - beta^t
-  bool amsgrad = false, maximize = false;
-};
-
-/// Elementwise functions of one operand. p0/p1 parameterise clamp (min, max; -inf/+inf when
-/// absent, NaN stays NaN).
-enum class UnaryOp : std::uint8_t {
-  neg, abs, exp, log, log1p, sqrt, rsqrt, tanh, sigmoid, relu, gelu_tanh, gelu_erf, silu, sin, cos, erf, sign, clamp
-};
-/// Elementwise functions of two operands. eq..ge write bool. The rounding divisions
-/// (floor_divide..fmod) on integers report a zero divisor: Error(value) on the CPU, the
-/// deferred device error on CUDA. relu_backward(grad, x) = x <= 0 ? 0 : grad.
-enum class BinaryOp : std::uint8_t {
-  add, sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, gt, ge,
-  floor_divide, trunc_divide, remainder, fmod, relu_backward
-};
-/// Reductions; max/min optionally with the index along a single reduced dim.
-enum class ReduceOp : std::uint8_t { sum, max, min };
-
-/// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],
-/// B [batch, k, n], C [batch, m, n] contiguous. In A and B one of the row/col strides is 1
-/// (the op layer copies otherwise); batch strides may be 0 (broadcast). All in elements.
-struct GemmArgs {
-  DType dtype = DType::f32;
-  int device = -1;
-  std::int64_t batch = 1, m = 0, n = 0, k = 0;
-  const void* a = nullptr;
-  std::int64_t a_batch_stride = 0, a_row_stride = 0, a_col_stride = 0;
-  const void* b = nullptr;
-  std::int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
-  void* c = nullptr;
-  double alpha = 1, beta = 0;
-  bool allow_tf32 = false;
-};
-
-/// The contract. Every backend implements all of it (pure virtual: a missing kernel is a
-/// build error). CUDA implementations enqueue on the current stream of the operands' device
-/// and return at once; CPU ones run before returning.
+/// The contract (BRRR_BACKEND_KERNELS above). Every backend implements all of it.
 class Backend {
 public:
   virtual ~Backend() = default;
-  /// out[i] = value, converted to out.dtype.
-  virtual void fill(const Operand& out, double value) = 0;
-  /// dst[i] = convert(src[i]); same shape, any strides, any dtype pair.
-  virtual void copy(const Operand& dst, const Operand& src) = 0;
-  /// out (contiguous) [i] = start + i * step, converted to out.dtype.
-  virtual void arange(const Operand& out, double start, double step) = 0;
-  /// out (contiguous) from Philox words at (seed, offset); `low`/`high` bound integers.
-  virtual void random(const Operand& out, Distribution dist, std::uint64_t seed,
-                      std::uint64_t offset, std::int64_t low, std::int64_t high) = 0;
-  /// out[i] = f(in[i]); same shape and dtype.
-  virtual void unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) = 0;
-  /// out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one
-  /// dtype; out has that dtype (bool for comparisons).
-  virtual void binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) = 0;
-  /// out[i] = f(a[i], s) (or f(s, a[i]) when scalar_first); s converted to a's dtype.
-  virtual void binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) = 0;
-  /// out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's shape, a/b of out's dtype.
-  virtual void where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) = 0;
-  /// Reduces `in` over the dims set in `dims_mask` into `out` (same ndim, size 1 on reduced
-  /// dims). sum: out dtype = in's for floats (accumulating bf16/f16 in f32, f32 in f32, f64
-  /// in f64), i64 for integers and bool. max/min: out dtype = in's; when `indices` is given
-  /// (i64, out's shape) exactly one dim is reduced and the first index of the extreme is
-  /// written. NaN propagates through max/min.
-  virtual void reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
-                      const Operand* indices) = 0;
-  /// Batched matrix product (see GemmArgs).
-  virtual void gemm(const GemmArgs& args) = 0;
-  /// Row softmax (log_softmax when `log`) over the last dim of contiguous [rows, cols]
-  /// operands, numerically stable (max subtracted; rows of -inf give NaN as PyTorch).
-  virtual void softmax(const Operand& out, const Operand& in, bool log) = 0;
-  /// out[i][j][k] = in[i][index[i][j][k]][k] for dim 1 (likewise for any dim); index i64 with
-  /// out's shape. Out-of-range indices: Error(index) on the CPU; on CUDA they are clamped
-  /// and reported through the deferred device error flag (ops/index.cpp).
-  virtual void gather(const Operand& out, const Operand& in, int dim, const Operand& index) = 0;
-  /// out[i][index[i][j][k]][k] += src[i][j][k] for dim 1 (likewise for any dim), in place.
-  /// deterministic: a fixed summation order (slower on CUDA) instead of atomics.
-  virtual void scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src,
-                           bool deterministic) = 0;
-  /// im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the
-  /// padding read `pad_value`.
-  virtual void im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) = 0;
-  /// col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W]
-  /// (contiguous, zeroed by the caller).
-  virtual void col2im(const Operand& out, const Operand& in, const Window2d& w) = 0;
-  /// Layer norm over the last dim of contiguous [rows, cols]: out = (x - mean) * rstd * w + b;
-  /// mean and rstd ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for
-  /// backward. weight/bias may be nullptr.
-  virtual void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
-                          const Operand* weight, const Operand* bias, double eps) = 0;
-  /// Fused cross entropy over the rows of contiguous logits [rows, C] (floating) with class
-  /// indices `target` [rows] (i32/i64). Writes `out` [2, rows] (the accumulation dtype: f64
-  /// for f64 logits, f32 otherwise): row 0 the losses (1 - e)(lse - x_t) + e (lse - mean_c x),
-  /// row 1 the weights (1, or 0 where the target is ignore_index); and `lse` [rows] (same
-  /// dtype), each row's log-sum-exp. A target outside [0, C) that is not ignore_index:
-  /// Error(index) on the CPU, the deferred device error on CUDA (its row weighs 0).
-  virtual void cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits,
-                                     const Operand& target, std::int64_t ignore_index, double label_smoothing) = 0;
-  /// grad_logits [rows, C] (logits' dtype) = s_i (softmax(x_i) - (1 - e) onehot(t_i) - e / C),
-  /// s_i = 0 for ignored rows, else grad[i] (per_row) or grad[0] / count[0] (count nullptr:
-  /// grad[0]); grad, count and lse in the accumulation dtype, on the logits' device.
-  virtual void cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
-                                      const Operand& target, const Operand& grad, bool per_row, const Operand* count,
-                                      std::int64_t ignore_index, double label_smoothing) = 0;
-  /// Updates every parameter of `step` in place (CUDA: a few launches for all tensors).
-  virtual void optimizer_step(const OptimizerStep& step) = 0;
+#define BRRR_DECLARE(name, params) virtual void name params = 0;
+  BRRR_BACKEND_KERNELS(BRRR_DECLARE)
+#undef BRRR_DECLARE
 };
 
 /// The backend of `device`'s type.
@@ -296,53 +243,13 @@ void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int devi
 
 }  // namespace brrr::backend
 
-// Not exported: helpers shared by the CPU kernels of every op family.
+// Not exported: helpers shared by the CPU kernels of every op family. Element types are the
+// storage types of backend/contract.hpp (brrr::half, brrr::bfloat16, std::uint8_t for bool),
+// converted by its rules (load, widen, narrow_to).
 namespace brrr::backend::cpu {
 
-// bool tensors hold one byte, 0 or 1.
-template <class T> using storage_t = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
-
-template <class F> void dispatch(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32: return f(static_cast<float*>(nullptr));
-    case DType::f64: return f(static_cast<double*>(nullptr));
-    case DType::bf16: return f(static_cast<bfloat16*>(nullptr));
-    case DType::f16: return f(static_cast<half*>(nullptr));
-    case DType::i32: return f(static_cast<std::int32_t*>(nullptr));
-    case DType::i64: return f(static_cast<std::int64_t*>(nullptr));
-    case DType::boolean: return f(static_cast<bool*>(nullptr));
-  }
-}
-
-// Widest value of each type: double for floats, int64 for integers.
-template <class T> auto widen(storage_t<T> v) {
-  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>) return static_cast<double>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, bool>) return static_cast<std::int64_t>(v != 0);
-  else if constexpr (std::is_floating_point_v<T>) return static_cast<double>(v);
-  else return static_cast<std::int64_t>(v);
-}
-
-// float -> integer: truncate toward zero, NaN -> 0, saturate at the type's range (defined
-// where C++ leaves it undefined; CUDA's cvt.rzi.sat does the same).
-template <class I> I float_to_int(double v) {
-  if (std::isnan(v)) return 0;
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
-  if (v <= lo) return std::numeric_limits<I>::min();
-  if (v >= hi) return std::numeric_limits<I>::max();
-  return static_cast<I>(v);
-}
-
-template <class T, class W> storage_t<T> narrow_to(W v) {
-  if constexpr (std::is_same_v<T, bool>) return static_cast<std::uint8_t>(v != 0);
-  else if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>) {
-    // double -> float -> 16-bit would round twice; for values from f32/f16/bf16/int sources
-    // the first step is exact, and from f64 the double rounding matches PyTorch's CPU path.
-    return T(static_cast<float>(v));
-  } else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
-  else if constexpr (std::is_floating_point_v<W>) return float_to_int<T>(v);
-  else return static_cast<T>(v);
-}
+/// Calls f(static_cast<T*>(nullptr)) with the element type of `dtype`.
+template <class F> void dispatch(DType dtype, F&& f) { with_element_type<half, bfloat16>(dtype, f); }
 
 // Calls f(offset_a, offset_b, i) for each element in row-major order of two same-shape
 // operands, in elements.
@@ -376,20 +283,6 @@ template <class F> void for_each2(const Operand& a, const Operand& b, F&& f) {
       idx[d] = 0;
     }
   }
-}
-
-// The arithmetic type of element type T: float for f32/f16/bf16, double for f64, the
-// integer itself for integers, int64 for bool.
-template <class T> using acc_t =
-    std::conditional_t<std::is_same_v<T, double>, double,
-                       std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, half> ||
-                                              std::is_same_v<T, bfloat16>,
-                                          float,
-                                          std::conditional_t<std::is_same_v<T, bool>, std::int64_t, T>>>;
-template <class T> acc_t<T> load(storage_t<T> v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return static_cast<float>(v);
-  else if constexpr (std::is_same_v<T, bool>) return v != 0;
-  else return v;
 }
 
 /// Calls f(offsets) for every element, in row-major order, of N operands of one shape
@@ -451,62 +344,28 @@ template <std::size_t N, class F> void for_each(const Operand* const (&ops)[N], 
 // declared here and defined nowhere is a link error.
 namespace brrr::backend {
 
+/// The CUDA backend (ops/cuda/backend_cuda.cpp); backend_for(cuda:N) returns it.
+Backend& cuda_backend();
+
+/// Shared by both backends' reduce (ops/cpu/reduce.cpp): Error unless the operands fit the
+/// contract of Backend::reduce.
+void check_reduce_operands(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
+                           const Operand* indices);
+
+/// A device-visible pointer to cuda:`device`'s deferred error flag (cuda/device_errors.cpp).
+int* device_error_flag(int device);
+/// Raises the error a kernel stored in cuda:`device`'s flag, if any (after a host wait).
+void check_device_errors(int device);
+
+#define BRRR_OVERRIDE(name, params) void name params override;
 class CpuBackend final : public Backend {
 public:
-  void softmax(const Operand& out, const Operand& in, bool log) override;
-  void gather(const Operand& out, const Operand& in, int dim, const Operand& index) override;
-  void scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic) override;
-  void im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) override;
-  void col2im(const Operand& out, const Operand& in, const Window2d& w) override;
-  void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
-                  const Operand* weight, const Operand* bias, double eps) override;
-  void optimizer_step(const OptimizerStep& step) override;
-  void cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits, const Operand& target,
-                             std::int64_t ignore_index, double label_smoothing) override;
-  void cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
-                              const Operand& target, const Operand& grad, bool per_row, const Operand* count,
-                              std::int64_t ignore_index, double label_smoothing) override;
-  void fill(const Operand& out, double value) override;
-  void copy(const Operand& dst, const Operand& src) override;
-  void arange(const Operand& out, double start, double step) override;
-  void random(const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,
-              std::int64_t high) override;
-  void unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) override;
-  void binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) override;
-  void binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) override;
-  void where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) override;
-  void reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
-              const Operand* indices) override;
-  void gemm(const GemmArgs& args) override;
+  BRRR_BACKEND_KERNELS(BRRR_OVERRIDE)
 };
-
 class CudaBackend final : public Backend {
 public:
-  void softmax(const Operand& out, const Operand& in, bool log) override;
-  void gather(const Operand& out, const Operand& in, int dim, const Operand& index) override;
-  void scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic) override;
-  void im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) override;
-  void col2im(const Operand& out, const Operand& in, const Window2d& w) override;
-  void layer_norm(const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,
-                  const Operand* weight, const Operand* bias, double eps) override;
-  void optimizer_step(const OptimizerStep& step) override;
-  void cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits, const Operand& target,
-                             std::int64_t ignore_index, double label_smoothing) override;
-  void cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
-                              const Operand& target, const Operand& grad, bool per_row, const Operand* count,
-                              std::int64_t ignore_index, double label_smoothing) override;
-  void fill(const Operand& out, double value) override;
-  void copy(const Operand& dst, const Operand& src) override;
-  void arange(const Operand& out, double start, double step) override;
-  void random(const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,
-              std::int64_t high) override;
-  void unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) override;
-  void binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) override;
-  void binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) override;
-  void where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) override;
-  void reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
-              const Operand* indices) override;
-  void gemm(const GemmArgs& args) override;
+  BRRR_BACKEND_KERNELS(BRRR_OVERRIDE)
 };
+#undef BRRR_OVERRIDE
 
 }  // namespace brrr::backend

@@ -11,6 +11,8 @@ module;
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "backend/contract.hpp"  // DType, itemsize, is_floating_point
 export module brrr.tensor;
 
 export namespace brrr {
@@ -52,15 +54,13 @@ private:
 // DType
 // ---------------------------------------------------------------------------------------
 
-/// Element types. A closed set: every switch over it is exhaustive (-Werror=switch).
-/// `boolean` is PyTorch's torch.bool (one byte, 0 or 1).
-enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, boolean };
-
-/// Bytes per element: f32 4, f64 8, bf16 2, f16 2, i32 4, i64 8, boolean 1.
-std::size_t itemsize(DType dtype);
+// DType {f32, f64, bf16, f16, i32, i64, boolean}, itemsize(dtype) and is_floating_point(dtype)
+// are defined in backend/contract.hpp, the vocabulary nvcc compiles too.
+using brrr::DType;
+using brrr::itemsize;
+using brrr::is_floating_point;
 /// PyTorch-style short name: "f32", "f64", "bf16", "f16", "i32", "i64", "bool".
 const char* to_string(DType dtype);
-bool is_floating_point(DType dtype);
 std::ostream& operator<<(std::ostream& os, DType dtype);
 
 /// IEEE binary16 (half precision), stored as its bits. Conversions round to nearest even.

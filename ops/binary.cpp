@@ -19,6 +19,9 @@ namespace brrr {
 
 using namespace ops_detail;
 using backend::BinaryOp;
+using backend::name_of;
+using backend::is_comparison;
+using backend::is_rounding_division;
 
 namespace {
 
@@ -27,43 +30,6 @@ Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {
   if (!g.defined()) return g;
   Tensor r = g.shape() == shape ? g : sum_to_size(g, shape);
   return r.dtype() == dtype ? r : r.to(dtype);
-}
-
-const char* name_of(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
-    case BinaryOp::pow: return "pow";
-    case BinaryOp::maximum: return "maximum";
-    case BinaryOp::minimum: return "minimum";
-    case BinaryOp::eq: return "eq";
-    case BinaryOp::ne: return "ne";
-    case BinaryOp::lt: return "lt";
-    case BinaryOp::le: return "le";
-    case BinaryOp::gt: return "gt";
-    case BinaryOp::ge: return "ge";
-    case BinaryOp::floor_divide: return "floor_divide";
-    case BinaryOp::trunc_divide: return "div (rounding_mode trunc)";
-    case BinaryOp::remainder: return "remainder";
-    case BinaryOp::fmod: return "fmod";
-    case BinaryOp::relu_backward: return "relu_backward";
-  }
-  return "?";
-}
-
-bool is_comparison(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
-      return true;
-    default: return false;
-  }
-}
-
-bool is_rounding_division(BinaryOp op) {
-  return op == BinaryOp::floor_divide || op == BinaryOp::trunc_divide || op == BinaryOp::remainder ||
-         op == BinaryOp::fmod;
 }
 
 [[noreturn]] void bool_division(BinaryOp op) {

@@ -5,11 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define BRRR_HD __host__ __device__ __forceinline__
-#else
-#define BRRR_HD inline
-#endif
+#include "backend/contract.hpp"  // BRRR_HD
 
 namespace brrr::random_transform {
 

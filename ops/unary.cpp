@@ -16,6 +16,8 @@ namespace brrr {
 
 using namespace ops_detail;
 using backend::UnaryOp;
+using backend::name_of;
+using backend::keeps_integers;
 
 namespace {
 
@@ -24,43 +26,6 @@ constexpr double inv_sqrt_2pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double two_over_sqrt_pi = 1.12837916709551257390;
 constexpr double gelu_k = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double gelu_c = 0.044715;
-
-const char* name_of(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::log1p: return "log1p";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::gelu_tanh: return "gelu";
-    case UnaryOp::gelu_erf: return "gelu";
-    case UnaryOp::silu: return "silu";
-    case UnaryOp::sin: return "sin";
-    case UnaryOp::cos: return "cos";
-    case UnaryOp::erf: return "erf";
-    case UnaryOp::sign: return "sign";
-    case UnaryOp::clamp: return "clamp";
-  }
-  return "?";
-}
-
-// Ops that keep integer dtypes; the others compute in floating point.
-bool keeps_integers(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::neg: case UnaryOp::abs: case UnaryOp::relu: case UnaryOp::sign: case UnaryOp::clamp:
-      return true;
-    case UnaryOp::exp: case UnaryOp::log: case UnaryOp::log1p: case UnaryOp::sqrt: case UnaryOp::rsqrt:
-    case UnaryOp::tanh: case UnaryOp::sigmoid: case UnaryOp::gelu_tanh: case UnaryOp::gelu_erf: case UnaryOp::silu:
-    case UnaryOp::sin: case UnaryOp::cos: case UnaryOp::erf:
-      return false;
-  }
-  return false;
-}
 
 Tensor unary_forward(UnaryOp op, const Tensor& x, double p0, double p1) {
   const char* name = name_of(op);

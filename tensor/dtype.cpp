@@ -7,19 +7,6 @@ module brrr.tensor;
 
 namespace brrr {
 
-std::size_t itemsize(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::boolean: return 1;
-  }
-  return 0;
-}
-
 const char* to_string(DType dtype) {
   switch (dtype) {
     case DType::f32: return "f32";
@@ -31,14 +18,6 @@ const char* to_string(DType dtype) {
     case DType::boolean: return "bool";
   }
   return "?";
-}
-
-bool is_floating_point(DType dtype) {
-  switch (dtype) {
-    case DType::f32: case DType::f64: case DType::bf16: case DType::f16: return true;
-    case DType::i32: case DType::i64: case DType::boolean: return false;
-  }
-  return false;
 }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << to_string(dtype); }

@@ -14,6 +14,7 @@ module;
 #include <vector>
 
 #include "ops/random_transform.hpp"
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -59,8 +60,8 @@ std::vector<std::uint32_t> host_words(std::uint64_t seed, std::uint64_t offset, 
 
 void CpuBackend::fill(const Operand& out, double value) {
   dispatch(out.dtype, [&]<class T>(T*) {
-    auto* p = static_cast<storage_t<T>*>(out.data);
-    storage_t<T> v = narrow_to<T>(value);
+    auto* p = static_cast<T*>(out.data);
+    T v = narrow_to<T>(value);
     for_each2(out, out, [&](std::int64_t o, std::int64_t, std::int64_t) { p[o] = v; });
   });
 }
@@ -68,8 +69,8 @@ void CpuBackend::fill(const Operand& out, double value) {
 void CpuBackend::copy(const Operand& dst, const Operand& src) {
   dispatch(dst.dtype, [&]<class D>(D*) {
     dispatch(src.dtype, [&]<class S>(S*) {
-      auto* d = static_cast<storage_t<D>*>(dst.data);
-      const auto* s = static_cast<const storage_t<S>*>(src.data);
+      auto* d = static_cast<D*>(dst.data);
+      const auto* s = static_cast<const S*>(src.data);
       if constexpr (std::is_same_v<D, S>) {
         for_each2(dst, src, [&](std::int64_t od, std::int64_t os, std::int64_t) { d[od] = s[os]; });
       } else {
@@ -83,7 +84,7 @@ void CpuBackend::copy(const Operand& dst, const Operand& src) {
 
 void CpuBackend::arange(const Operand& out, double start, double step) {
   dispatch(out.dtype, [&]<class T>(T*) {
-    auto* p = static_cast<storage_t<T>*>(out.data);
+    auto* p = static_cast<T*>(out.data);
     for (std::int64_t i = 0; i < out.numel; ++i) p[i] = narrow_to<T>(start + static_cast<double>(i) * step);
   });
 }
@@ -94,7 +95,7 @@ void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t see
   std::uint64_t n = random_words(dist, out.dtype, out.numel);
   std::vector<std::uint32_t> w = host_words(seed, offset, n);
   dispatch(out.dtype, [&]<class T>(T*) {
-    auto* p = static_cast<storage_t<T>*>(out.data);
+    auto* p = static_cast<T*>(out.data);
     for (std::int64_t i = 0; i < out.numel; ++i) {
       std::size_t k = static_cast<std::size_t>(i);
       switch (dist) {
@@ -128,8 +129,6 @@ std::uint64_t random_words(Distribution dist, DType dtype, std::int64_t numel) {
   // Whole Philox blocks (4 words) keep every draw aligned to a block.
   return (per * static_cast<std::uint64_t>(numel) + 3) / 4 * 4;
 }
-
-Backend& cuda_backend();  // ops/cuda/backend_cuda.cpp
 
 Backend& backend_for(Device device) {
   static CpuBackend cpu;

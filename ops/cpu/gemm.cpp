@@ -9,6 +9,7 @@ module;
 
 #include <cstdint>
 #include <string>
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 

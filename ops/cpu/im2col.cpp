@@ -1,6 +1,7 @@
 // CPU im2col / col2im: the window sweep behind conv2d (unfold + GEMM) and the pools.
 module;
 #include <cstdint>
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -12,7 +13,7 @@ using namespace cpu;
 // (pad_value outside the input). `in` may be strided; `out` is contiguous.
 void CpuBackend::im2col(const Operand& out, const Operand& in, const Window2d& g, double pad_value) {
   dispatch(in.dtype, [&]<class T>(T*) {
-    using S = storage_t<T>;
+    using S = T;
     const S* x = static_cast<const S*>(in.data);
     S* o = static_cast<S*>(out.data);
     const S pad = narrow_to<T>(pad_value);
@@ -38,7 +39,7 @@ void CpuBackend::im2col(const Operand& out, const Operand& in, const Window2d& g
 // The adjoint: every column entry is added back to the input cell it was read from.
 void CpuBackend::col2im(const Operand& out, const Operand& in, const Window2d& g) {
   dispatch(out.dtype, [&]<class T>(T*) {
-    using S = storage_t<T>;
+    using S = T;
     const S* col = static_cast<const S*>(in.data);
     S* o = static_cast<S*>(out.data);  // contiguous [N, C, H, W], zeroed by the caller
     const std::int64_t* cs = in.strides;  // [N, C*kh*kw, L]

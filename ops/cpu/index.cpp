@@ -9,6 +9,7 @@ module;
 #include <string>
 #include <type_traits>
 #include "cuda/device_error_codes.hpp"
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -95,10 +96,10 @@ void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, 
     if (src.sizes[d] != index.sizes[d]) bad_operands("scatter_add", out, index);
   if (out.dtype == DType::boolean) throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
   dispatch(out.dtype, [&]<class T>(T*) {
-    if constexpr (!std::is_same_v<T, bool>) {
+    if constexpr (!is_bool_storage<T>) {
       with_index(index.dtype, [&]<class I>(const I*) {
-        auto* o = static_cast<storage_t<T>*>(out.data);
-        const auto* s = static_cast<const storage_t<T>*>(src.data);
+        auto* o = static_cast<T*>(out.data);
+        const auto* s = static_cast<const T*>(src.data);
         const auto* ix = static_cast<const I*>(index.data);
         const std::int64_t size = out.sizes[dim], stride = out.strides[dim];
         Operand view = along(out, index, dim);
@@ -107,7 +108,7 @@ void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, 
         for_each(ops, [&](const std::int64_t* off) {
           std::int64_t k = static_cast<std::int64_t>(ix[off[0]]);
           if (k < 0 || k >= size) out_of_range(index_errors::scatter_add, k, dim, size);
-          storage_t<T>& dst = o[off[2] + k * stride];
+          T& dst = o[off[2] + k * stride];
           dst = narrow_to<T>(load<T>(dst) + load<T>(s[off[1]]));
         });
       });

@@ -11,6 +11,7 @@ module;
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -21,10 +22,10 @@ using namespace cpu;
 namespace {
 
 template <class T> void sgd_tensor(const OptimizerStep& s, std::size_t k) {
-  using A = acc_t<T>;
-  auto* p = static_cast<storage_t<T>*>(s.params[k]);
-  const auto* gp = static_cast<const storage_t<T>*>(s.grads[k]);
-  auto* buf = static_cast<storage_t<T>*>(s.state1[k]);
+  using A = compute_t<T>;
+  auto* p = static_cast<T*>(s.params[k]);
+  const auto* gp = static_cast<const T*>(s.grads[k]);
+  auto* buf = static_cast<T*>(s.state1[k]);
   const A lr = static_cast<A>(s.lr), wd = static_cast<A>(s.weight_decay), mu = static_cast<A>(s.momentum);
   const A one_minus_damp = static_cast<A>(1.0 - s.dampening);
   const bool use_momentum = s.momentum != 0;
@@ -46,12 +47,12 @@ template <class T> void sgd_tensor(const OptimizerStep& s, std::size_t k) {
 }
 
 template <class T> void adam_tensor(const OptimizerStep& s, std::size_t k) {
-  using A = acc_t<T>;
-  auto* p = static_cast<storage_t<T>*>(s.params[k]);
-  const auto* gp = static_cast<const storage_t<T>*>(s.grads[k]);
-  auto* m_p = static_cast<storage_t<T>*>(s.state1[k]);
-  auto* v_p = static_cast<storage_t<T>*>(s.state2[k]);
-  auto* vmax_p = static_cast<storage_t<T>*>(s.state3[k]);
+  using A = compute_t<T>;
+  auto* p = static_cast<T*>(s.params[k]);
+  const auto* gp = static_cast<const T*>(s.grads[k]);
+  auto* m_p = static_cast<T*>(s.state1[k]);
+  auto* v_p = static_cast<T*>(s.state2[k]);
+  auto* vmax_p = static_cast<T*>(s.state3[k]);
   if (m_p == nullptr || v_p == nullptr || (s.amsgrad && vmax_p == nullptr))
     throw Error(ErrorKind::value, "optimizer_step: Adam needs exp_avg, exp_avg_sq (and max_exp_avg_sq with "
                                   "amsgrad) buffers per tensor");

@@ -15,6 +15,7 @@ module;
 #include <string>
 #include <type_traits>
 #include <vector>
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -23,9 +24,6 @@ namespace brrr::backend {
 using namespace cpu;
 
 namespace {
-
-// The accumulator type of element type T (storage_t<T> widened).
-template <class T> using wide_t = decltype(widen<T>(storage_t<T>{}));
 
 template <class W> bool is_nan(W v) {
   if constexpr (std::is_floating_point_v<W>) return std::isnan(v);
@@ -59,7 +57,7 @@ void reduce_typed(ReduceOp op, const Operand& out, const Operand& in, std::uint3
     walk_idx.strides[k] = (mask & (1u << d)) ? 1 : 0;  // only read with a single reduced dim
   }
 
-  const auto* x = static_cast<const storage_t<T>*>(in.data);
+  const auto* x = static_cast<const T*>(in.data);
   std::vector<W> acc(static_cast<std::size_t>(out_numel), W(0));
   std::vector<std::int64_t> arg;  // max/min: index of the extreme, -1 before the first element
   if (op != ReduceOp::sum) arg.assign(static_cast<std::size_t>(out_numel), -1);
@@ -99,7 +97,7 @@ void reduce_typed(ReduceOp op, const Operand& out, const Operand& in, std::uint3
   const Operand* outs[3] = {&out, &lin, &idx_op};
   auto* ip = indices ? static_cast<std::int64_t*>(indices->data) : nullptr;
   dispatch(out.dtype, [&]<class O>(O*) {
-    auto* po = static_cast<storage_t<O>*>(out.data);
+    auto* po = static_cast<O*>(out.data);
     for_each(outs, [&](const std::int64_t* o) {
       po[o[0]] = narrow_to<O>(acc[o[1]]);
       if (ip) ip[o[2]] = arg[o[1]];
@@ -109,7 +107,6 @@ void reduce_typed(ReduceOp op, const Operand& out, const Operand& in, std::uint3
 
 }  // namespace
 
-// Shared by both backends (ops/cuda/reduce_launch.cpp): the operands fit the contract.
 void check_reduce_operands(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
                            const Operand* indices) {
   if (out.ndim != in.ndim)

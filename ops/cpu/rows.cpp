@@ -9,6 +9,7 @@ module;
 #include <limits>
 #include <string>
 #include <type_traits>
+#include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -18,17 +19,12 @@ using namespace cpu;
 
 namespace {
 
-template <class T> constexpr bool is_float_like =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
-
 std::int64_t cols_of(const Operand& o) { return o.ndim == 0 ? 1 : o.sizes[o.ndim - 1]; }
 
 [[noreturn]] void not_floating(const char* op, DType dtype) {
   throw Error(ErrorKind::dtype, std::string(op) + ": expected a floating-point tensor, got " + to_string(dtype));
 }
 
-// f64 for f64 logits, f32 otherwise (the backend contract).
-template <class T> using loss_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 std::int64_t target_at(const Operand& target, std::int64_t row) {
   return target.dtype == DType::i64 ? static_cast<const std::int64_t*>(target.data)[row]
@@ -38,7 +34,7 @@ std::int64_t target_at(const Operand& target, std::int64_t row) {
 // Calls f(T*) for floating logits; Error(dtype) otherwise.
 template <class F> void dispatch_logits(const char* op, DType dtype, F&& f) {
   dispatch(dtype, [&]<class T>(T* tag) {
-    if constexpr (is_float_like<T>) f(tag);
+    if constexpr (is_floating<T>) f(tag);
     else not_floating(op, dtype);
   });
 }
@@ -51,11 +47,11 @@ void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
   if (cols == 0 || in.numel == 0) return;
   const std::int64_t rows = in.numel / cols;
   dispatch(in.dtype, [&]<class T>(T*) {
-    if constexpr (!is_float_like<T>) {
+    if constexpr (!is_floating<T>) {
       not_floating(log ? "log_softmax" : "softmax", in.dtype);
     } else {
-      const auto* x = static_cast<const storage_t<T>*>(in.data);
-      auto* y = static_cast<storage_t<T>*>(out.data);
+      const auto* x = static_cast<const T*>(in.data);
+      auto* y = static_cast<T*>(out.data);
       for (std::int64_t r = 0; r < rows; ++r) {
         const auto* xr = x + r * cols;
         auto* yr = y + r * cols;
@@ -81,17 +77,17 @@ void CpuBackend::layer_norm(const Operand& out, const Operand& mean, const Opera
   if (cols == 0 || in.numel == 0) return;
   const std::int64_t rows = in.numel / cols;
   dispatch(in.dtype, [&]<class T>(T*) {
-    if constexpr (!is_float_like<T>) {
+    if constexpr (!is_floating<T>) {
       not_floating("layer_norm", in.dtype);
     } else {
       // mean/rstd: f64 for f64 inputs, f32 otherwise (the backend contract).
-      using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      const auto* x = static_cast<const storage_t<T>*>(in.data);
-      auto* y = static_cast<storage_t<T>*>(out.data);
+      using Stat = accumulate_t<T>;
+      const auto* x = static_cast<const T*>(in.data);
+      auto* y = static_cast<T*>(out.data);
       auto* mo = static_cast<Stat*>(mean.data);
       auto* ro = static_cast<Stat*>(rstd.data);
-      const auto* w = weight ? static_cast<const storage_t<T>*>(weight->data) : nullptr;
-      const auto* b = bias ? static_cast<const storage_t<T>*>(bias->data) : nullptr;
+      const auto* w = weight ? static_cast<const T*>(weight->data) : nullptr;
+      const auto* b = bias ? static_cast<const T*>(bias->data) : nullptr;
       for (std::int64_t r = 0; r < rows; ++r) {
         const auto* xr = x + r * cols;
         auto* yr = y + r * cols;
@@ -123,8 +119,8 @@ void CpuBackend::cross_entropy_forward(const Operand& out, const Operand& lse, c
                                        const Operand& target, std::int64_t ignore_index, double label_smoothing) {
   const std::int64_t rows = target.numel, cols = rows == 0 ? 0 : logits.numel / rows;
   dispatch_logits("cross_entropy", logits.dtype, [&]<class T>(T*) {
-    using A = loss_acc_t<T>;
-    const auto* x = static_cast<const storage_t<T>*>(logits.data);
+    using A = accumulate_t<T>;  // f64 for f64 logits, f32 otherwise (the contract)
+    const auto* x = static_cast<const T*>(logits.data);
     auto* o = static_cast<A*>(out.data);
     auto* l = static_cast<A*>(lse.data);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -162,9 +158,9 @@ void CpuBackend::cross_entropy_backward(const Operand& grad_logits, const Operan
   const std::int64_t rows = target.numel, cols = rows == 0 ? 0 : logits.numel / rows;
   if (rows == 0 || cols == 0) return;  // nothing to write (and no grad[0] to read)
   dispatch_logits("cross_entropy backward", logits.dtype, [&]<class T>(T*) {
-    using A = loss_acc_t<T>;
-    const auto* x = static_cast<const storage_t<T>*>(logits.data);
-    auto* gx = static_cast<storage_t<T>*>(grad_logits.data);
+    using A = accumulate_t<T>;  // f64 for f64 logits, f32 otherwise (the contract)
+    const auto* x = static_cast<const T*>(logits.data);
+    auto* gx = static_cast<T*>(grad_logits.data);
     const auto* l = static_cast<const A*>(lse.data);
     const auto* g = static_cast<const A*>(grad.data);
     // count 0 means every row is ignored: no row uses the scale then.

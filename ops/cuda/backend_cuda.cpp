@@ -20,38 +20,19 @@ import brrr.tensor;
 
 namespace brrr::backend {
 
-static_assert(int(kernels::ScalarType::f32) == int(DType::f32) && int(kernels::ScalarType::f64) == int(DType::f64) &&
-              int(kernels::ScalarType::bf16) == int(DType::bf16) && int(kernels::ScalarType::f16) == int(DType::f16) &&
-              int(kernels::ScalarType::i32) == int(DType::i32) && int(kernels::ScalarType::i64) == int(DType::i64) &&
-              int(kernels::ScalarType::boolean) == int(DType::boolean));
-static_assert(kernels::max_dims == max_dims);
-
-kernels::Strided strided(const Operand& o) {
-  kernels::Strided s{};
-  s.data = o.data;
-  s.dtype = static_cast<kernels::ScalarType>(o.dtype);
-  s.ndim = o.ndim;
-  s.numel = o.numel;
-  for (int i = 0; i < o.ndim; ++i) {
-    s.sizes[i] = o.sizes[i];
-    s.strides[i] = o.strides[i];
-  }
-  return s;
-}
-
 void CudaBackend::fill(const Operand& out, double value) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::fill(strided(out), value, current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::fill(out, value, current_stream(out.device)->handle));
 }
 
 void CudaBackend::copy(const Operand& dst, const Operand& src) {
   DeviceGuard g(dst.device);
-  BRRR_CUDA_CHECK(kernels::copy(strided(dst), strided(src), current_stream(dst.device)->handle));
+  BRRR_CUDA_CHECK(kernels::copy(dst, src, current_stream(dst.device)->handle));
 }
 
 void CudaBackend::arange(const Operand& out, double start, double step) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::arange(strided(out), start, step, current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::arange(out, start, step, current_stream(out.device)->handle));
 }
 
 namespace {
@@ -82,14 +63,8 @@ void CudaBackend::random(const Operand& out, Distribution dist, std::uint64_t se
   BRRR_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(gen, seed));
   BRRR_CURAND_CHECK(curandSetGeneratorOffset(gen, offset));
   BRRR_CURAND_CHECK(curandGenerate(gen, static_cast<std::uint32_t*>(words.data()), n));
-  int kind = 0;
-  switch (dist) {
-    case Distribution::uniform: kind = 0; break;
-    case Distribution::normal: kind = 1; break;
-    case Distribution::integer: kind = 2; break;
-  }
-  BRRR_CUDA_CHECK(kernels::random_transform(strided(out), static_cast<const std::uint32_t*>(words.data()), kind, low,
-                                            high, stream->handle));
+  BRRR_CUDA_CHECK(kernels::random_transform(out, static_cast<const std::uint32_t*>(words.data()), dist, low, high,
+                                            stream->handle));
 }
 
 Backend& cuda_backend() {

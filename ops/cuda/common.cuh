@@ -1,4 +1,6 @@
-// Shared device helpers: element types, conversions, strided indexing, launch geometry.
+// Shared device helpers: element types, strided indexing, launch geometry. The conversion
+// rules (load, widen, narrow_to, compute_t, accumulate_t) are the contract's
+// (backend/contract.hpp), the same the CPU backend applies.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -8,71 +10,19 @@
 #include <limits>
 #include <type_traits>
 
+#include "backend/contract.hpp"
 #include "ops/cuda/kernels.hpp"
 
 namespace brrr::kernels {
 
-// Calls f(T{}) with the element type of `t` (bool tensors hold one byte 0/1: uint8_t is
-// treated as bool by the conversions below).
-template <class F> void dispatch(ScalarType t, F&& f) {
-  switch (t) {
-    case ScalarType::f32: return f(float{});
-    case ScalarType::f64: return f(double{});
-    case ScalarType::bf16: return f(__nv_bfloat16{});
-    case ScalarType::f16: return f(__half{});
-    case ScalarType::i32: return f(std::int32_t{});
-    case ScalarType::i64: return f(std::int64_t{});
-    case ScalarType::boolean: return f(std::uint8_t{});
-  }
-}
+using namespace ::brrr::backend;  // the contract's types and conversion rules
 
-template <class T> inline constexpr bool is_half_like =
-    std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
-
-// Widest value: double for floating types, int64 for integers, 0/1 for bool.
-template <class T> __device__ __forceinline__ auto widen(T v) {
-  if constexpr (is_half_like<T>) return static_cast<double>(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<std::int64_t>(v != 0);
-  else if constexpr (std::is_floating_point_v<T>) return static_cast<double>(v);
-  else return static_cast<std::int64_t>(v);
-}
-
-// Same rules as the CPU backend: floats to ints truncate, NaN -> 0, saturate; anything to
-// bool is (x != 0); to bf16/f16 via float with round-to-nearest-even.
-template <class T, class W> __device__ __forceinline__ T narrow_to(W v) {
-  if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<std::uint8_t>(v != 0);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
-  else if constexpr (std::is_floating_point_v<W>) {
-    if (v != v) return T(0);
-    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
-    if (v <= lo) return std::numeric_limits<T>::min();
-    if (v >= hi) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  } else return static_cast<T>(v);
-}
-
-// The same conversions on the host (kernel arguments such as a fill or padding value):
-// bf16/f16 via the round-to-nearest-even intrinsics, integers saturate, NaN -> 0.
-template <class T> T host_cast(double v) {
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(static_cast<float>(v));
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<std::uint8_t>(v != 0);
-  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
-  else {
-    if (v != v) return T(0);
-    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
-    if (v <= lo) return std::numeric_limits<T>::min();
-    if (v >= hi) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  }
-}
+/// Calls f(static_cast<T*>(nullptr)) with the element type of `dtype`: CUDA's __half and
+/// __nv_bfloat16 for the 16-bit floats, std::uint8_t for bool (0/1).
+template <class F> void dispatch(DType dtype, F&& f) { with_element_type<__half, __nv_bfloat16>(dtype, f); }
 
 // Element offset of row-major index i in a strided operand (64-bit throughout).
-__device__ __forceinline__ std::int64_t offset_of(const Strided& s, std::int64_t i) {
+__device__ __forceinline__ std::int64_t offset_of(const Operand& s, std::int64_t i) {
   std::int64_t off = 0;
   for (int d = s.ndim - 1; d >= 0; --d) {
     std::int64_t size = s.sizes[d];
@@ -82,7 +32,7 @@ __device__ __forceinline__ std::int64_t offset_of(const Strided& s, std::int64_t
   return off;
 }
 
-inline bool is_contiguous(const Strided& s) {
+inline bool is_contiguous(const Operand& s) {
   std::int64_t expect = 1;
   for (int d = s.ndim - 1; d >= 0; --d) {
     if (s.sizes[d] != 1 && s.strides[d] != expect) return false;

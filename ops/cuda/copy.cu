@@ -11,7 +11,7 @@ template <class D, class S> __global__ void copy_contiguous(D* dst, const S* src
        i += std::int64_t(blockDim.x) * gridDim.x)
     dst[i] = narrow_to<D>(widen(src[i]));
 }
-template <class D, class S> __global__ void copy_strided(Strided dst, Strided src) {
+template <class D, class S> __global__ void copy_strided(Operand dst, Operand src) {
   D* d = static_cast<D*>(dst.data);
   const S* s = static_cast<const S*>(src.data);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < dst.numel;
@@ -22,18 +22,15 @@ template <class D, class S> __global__ void copy_strided(Strided dst, Strided sr
 }
 }  // namespace
 
-int copy(const Strided& dst, const Strided& src, void* stream) {
+int copy(const Operand& dst, const Operand& src, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   bool contiguous = is_contiguous(dst) && is_contiguous(src);
   if (contiguous && dst.dtype == src.dtype) {
-    std::size_t item = 0;
-    dispatch(dst.dtype, [&](auto tag) { item = sizeof(tag); });
-    return static_cast<int>(cudaMemcpyAsync(dst.data, src.data, dst.numel * item, cudaMemcpyDeviceToDevice, st));
+    return static_cast<int>(
+        cudaMemcpyAsync(dst.data, src.data, dst.numel * itemsize(dst.dtype), cudaMemcpyDeviceToDevice, st));
   }
-  dispatch(dst.dtype, [&](auto dtag) {
-    dispatch(src.dtype, [&](auto stag) {
-      using D = decltype(dtag);
-      using S = decltype(stag);
+  dispatch(dst.dtype, [&]<class D>(D*) {
+    dispatch(src.dtype, [&]<class S>(S*) {
       if (contiguous)
         copy_contiguous<D, S><<<blocks_for(dst.numel), 256, 0, st>>>(static_cast<D*>(dst.data),
                                                                       static_cast<const S*>(src.data), dst.numel);

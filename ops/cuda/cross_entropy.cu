@@ -90,11 +90,10 @@ __global__ void ce_backward(T* __restrict__ grad, const T* __restrict__ logits, 
 
 // Calls f(T{}, I{}) for floating logits T and target index type I (i64 or i32); returns
 // false (and calls nothing) for other logit dtypes.
-template <class F> bool with_logits_and_target(ScalarType dtype, bool target_i64, F&& f) {
+template <class F> bool with_logits_and_target(DType dtype, bool target_i64, F&& f) {
   bool ok = false;
-  dispatch(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<T> || is_half_like<T>) {
+  dispatch(dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) {
       ok = true;
       if (target_i64) f(T{}, std::int64_t{});
       else f(T{}, std::int32_t{});
@@ -105,7 +104,7 @@ template <class F> bool with_logits_and_target(ScalarType dtype, bool target_i64
 
 }  // namespace
 
-int cross_entropy_forward(void* out, void* lse, const void* logits, ScalarType dtype, const void* target,
+int cross_entropy_forward(void* out, void* lse, const void* logits, DType dtype, const void* target,
                           bool target_i64, std::int64_t rows, std::int64_t cols, std::int64_t ignore_index,
                           double label_smoothing, int* error_flag, int error_code, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
@@ -132,7 +131,7 @@ int cross_entropy_forward(void* out, void* lse, const void* logits, ScalarType d
 }
 
 int cross_entropy_backward(void* grad_logits, const void* logits, const void* lse, const void* target,
-                           ScalarType dtype, bool target_i64, const void* grad, bool per_row, const void* count,
+                           DType dtype, bool target_i64, const void* grad, bool per_row, const void* count,
                            std::int64_t rows, std::int64_t cols, std::int64_t ignore_index, double label_smoothing,
                            void* stream) {
   auto st = static_cast<cudaStream_t>(stream);

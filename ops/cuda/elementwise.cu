@@ -11,21 +11,9 @@ namespace brrr::kernels {
 namespace {
 namespace ew = ::brrr::elementwise;
 
-template <class T> struct Acc { using type = T; };
-template <> struct Acc<__half> { using type = float; };
-template <> struct Acc<__nv_bfloat16> { using type = float; };
-template <> struct Acc<std::uint8_t> { using type = std::int64_t; };
-template <class T> using acc_t = typename Acc<T>::type;
-
-template <class T> __device__ __forceinline__ acc_t<T> load(T v) {
-  if constexpr (is_half_like<T>) return static_cast<float>(v);
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return v != 0;
-  else return v;
-}
-
 // Merges dims that are contiguous in all operands; drops size-1 dims. Operands share sizes.
-template <int N> void coalesce(Strided* (&ops)[N]) {
-  Strided& s0 = *ops[0];
+template <int N> void coalesce(Operand* (&ops)[N]) {
+  Operand& s0 = *ops[0];
   int nd = 0;
   std::int64_t sizes[max_dims];
   std::int64_t strides[N][max_dims];
@@ -52,9 +40,9 @@ template <int N> void coalesce(Strided* (&ops)[N]) {
   }
 }
 
-template <int N> bool vectorizable(Strided* (&ops)[N]) {
+template <int N> bool vectorizable(Operand* (&ops)[N]) {
   for (int k = 0; k < N; ++k) {
-    const Strided& s = *ops[k];
+    const Operand& s = *ops[k];
     if (s.ndim > 1 || (s.ndim == 1 && s.strides[0] != 1)) return false;
     if (reinterpret_cast<std::uintptr_t>(s.data) % 16 != 0) return false;
   }
@@ -89,7 +77,7 @@ __global__ void map1_vec(O* out, const I* in, std::int64_t n, F f) {
 }
 
 template <class F, class O, class I>
-__global__ void map1_strided(Strided out, Strided in, F f) {
+__global__ void map1_strided(Operand out, Operand in, F f) {
   O* o = static_cast<O*>(out.data);
   const I* x = static_cast<const I*>(in.data);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < out.numel;
@@ -114,7 +102,7 @@ __global__ void map2_vec(O* out, const I* a, const I* b, std::int64_t n, F f) {
 }
 
 template <class F, class O, class I>
-__global__ void map2_strided(Strided out, Strided a, Strided b, F f) {
+__global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
   O* o = static_cast<O*>(out.data);
   const I* pa = static_cast<const I*>(a.data);
   const I* pb = static_cast<const I*>(b.data);
@@ -124,7 +112,7 @@ __global__ void map2_strided(Strided out, Strided a, Strided b, F f) {
 }
 
 template <class T>
-__global__ void where_strided(Strided out, Strided cond, Strided a, Strided b) {
+__global__ void where_strided(Operand out, Operand cond, Operand a, Operand b) {
   T* o = static_cast<T*>(out.data);
   const std::uint8_t* c = static_cast<const std::uint8_t*>(cond.data);
   const T* pa = static_cast<const T*>(a.data);
@@ -136,46 +124,46 @@ __global__ void where_strided(Strided out, Strided cond, Strided a, Strided b) {
 
 // ---- functors ----
 
-template <ew::Unary OP, class T> struct UnaryF {
-  acc_t<T> lo, hi;
-  __device__ __forceinline__ T operator()(T x) const { return narrow_to<T>(ew::unary<OP, acc_t<T>>(load(x), lo, hi)); }
+template <UnaryOp OP, class T> struct UnaryF {
+  compute_t<T> lo, hi;
+  __device__ __forceinline__ T operator()(T x) const { return narrow_to<T>(ew::unary<OP, compute_t<T>>(load(x), lo, hi)); }
 };
 
 // Integer rounding divisions store `code` into the deferred error flag on a zero divisor.
-template <ew::Binary OP, class A> __device__ __forceinline__ void check_divisor(A b, int* flag, int code) {
-  if constexpr (ew::is_integer_division(OP) && std::is_integral_v<A>)
+template <BinaryOp OP, class A> __device__ __forceinline__ void check_divisor(A b, int* flag, int code) {
+  if constexpr (is_rounding_division(OP) && std::is_integral_v<A>)
     if (b == 0 && flag) *reinterpret_cast<volatile int*>(flag) = code;
 }
 
-template <ew::Binary OP, class T, class O> struct BinaryF {
+template <BinaryOp OP, class T, class O> struct BinaryF {
   int* flag;
   int code;
   __device__ __forceinline__ O operator()(T a, T b) const {
     check_divisor<OP>(load(b), flag, code);
-    auto r = ew::binary<OP, acc_t<T>>(load(a), load(b));
-    if constexpr (ew::is_comparison(OP)) return static_cast<O>(r != 0);
+    auto r = ew::binary<OP, compute_t<T>>(load(a), load(b));
+    if constexpr (is_comparison(OP)) return static_cast<O>(r != 0);
     else return narrow_to<O>(r);
   }
 };
 
-template <ew::Binary OP, class T, class O> struct BinaryScalarF {
-  acc_t<T> s;
+template <BinaryOp OP, class T, class O> struct BinaryScalarF {
+  compute_t<T> s;
   bool scalar_first;
   int* flag;
   int code;
   __device__ __forceinline__ O operator()(T a) const {
     auto x = load(a);
     check_divisor<OP>(scalar_first ? x : s, flag, code);
-    auto r = scalar_first ? ew::binary<OP, acc_t<T>>(s, x) : ew::binary<OP, acc_t<T>>(x, s);
-    if constexpr (ew::is_comparison(OP)) return static_cast<O>(r != 0);
+    auto r = scalar_first ? ew::binary<OP, compute_t<T>>(s, x) : ew::binary<OP, compute_t<T>>(x, s);
+    if constexpr (is_comparison(OP)) return static_cast<O>(r != 0);
     else return narrow_to<O>(r);
   }
 };
 
 // ---- launchers ----
 
-template <class O, class I, class F> void launch1(Strided out, Strided in, F f, cudaStream_t s) {
-  Strided* ops[2] = {&out, &in};
+template <class O, class I, class F> void launch1(Operand out, Operand in, F f, cudaStream_t s) {
+  Operand* ops[2] = {&out, &in};
   coalesce(ops);
   if (vectorizable(ops)) {
     constexpr int V = vec_width<I, O>();
@@ -187,8 +175,8 @@ template <class O, class I, class F> void launch1(Strided out, Strided in, F f, 
   }
 }
 
-template <class O, class I, class F> void launch2(Strided out, Strided a, Strided b, F f, cudaStream_t s) {
-  Strided* ops[3] = {&out, &a, &b};
+template <class O, class I, class F> void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
+  Operand* ops[3] = {&out, &a, &b};
   coalesce(ops);
   if (vectorizable(ops)) {
     constexpr int V = vec_width<I, O>();
@@ -200,61 +188,30 @@ template <class O, class I, class F> void launch2(Strided out, Strided a, Stride
   }
 }
 
-template <class E, E... Ops, class F> void with_op(E op, F&& f) {
-  ((op == Ops ? (f.template operator()<Ops>(), 0) : 0), ...);
-}
-#define BRRR_UNARY_OPS                                                                                          \
-  ew::Unary::neg, ew::Unary::abs, ew::Unary::exp, ew::Unary::log, ew::Unary::log1p, ew::Unary::sqrt,              \
-      ew::Unary::rsqrt, ew::Unary::tanh, ew::Unary::sigmoid, ew::Unary::relu, ew::Unary::gelu_tanh,               \
-      ew::Unary::gelu_erf, ew::Unary::silu, ew::Unary::sin, ew::Unary::cos, ew::Unary::erf, ew::Unary::sign,      \
-      ew::Unary::clamp
-#define BRRR_BINARY_OPS                                                                                          \
-  ew::Binary::add, ew::Binary::sub, ew::Binary::mul, ew::Binary::div, ew::Binary::pow, ew::Binary::maximum,       \
-      ew::Binary::minimum, ew::Binary::eq, ew::Binary::ne, ew::Binary::lt, ew::Binary::le, ew::Binary::gt,        \
-      ew::Binary::ge, ew::Binary::floor_divide, ew::Binary::trunc_divide, ew::Binary::remainder, ew::Binary::fmod, \
-      ew::Binary::relu_backward
-
-template <class A> A clamp_bound(double v, bool upper) {
-  if constexpr (std::is_floating_point_v<A>) {
-    return static_cast<A>(v);
-  } else {
-    constexpr A min = std::numeric_limits<A>::lowest(), max = std::numeric_limits<A>::max();
-    // saturate on both sides: a bound past the type's range must not reach the cast
-    if (upper) return v >= static_cast<double>(max) ? max : v <= static_cast<double>(min) ? min : static_cast<A>(floor(v));
-    return v <= static_cast<double>(min) ? min : v >= static_cast<double>(max) ? max : static_cast<A>(ceil(v));
-  }
-}
-
-// The scalar as the tensor's dtype holds it, in the arithmetic type.
-template <class T> acc_t<T> scalar_as(double s) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(__float2half_rn(static_cast<float>(s)));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(__float2bfloat16_rn(static_cast<float>(s)));
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return s != 0;
-  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(s);
-  else return clamp_bound<T>(s >= 0 ? floor(s) : ceil(s), s >= 0);
-}
-
 }  // namespace
 
-int unary(int op, const Strided& out, const Strided& in, double lo, double hi, void* stream) {
+int unary(UnaryOp op, const Operand& out, const Operand& in, double lo, double hi, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  with_op<ew::Unary, BRRR_UNARY_OPS>(static_cast<ew::Unary>(op), [&]<ew::Unary OP>() {
-    dispatch(out.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      UnaryF<OP, T> f{clamp_bound<acc_t<T>>(lo, false), clamp_bound<acc_t<T>>(hi, true)};
-      launch1<T, T>(out, in, f, s);
+  bool ok = true;
+  with_op(op, [&]<UnaryOp OP>() {
+    dispatch(out.dtype, [&]<class T>(T*) {
+      if constexpr (ew::has_unary_kernel<OP, T>) {
+        UnaryF<OP, T> f{ew::clamp_bound<compute_t<T>>(lo, false), ew::clamp_bound<compute_t<T>>(hi, true)};
+        launch1<T, T>(out, in, f, s);
+      } else {
+        ok = false;  // the op layer converts first
+      }
     });
   });
-  return static_cast<int>(cudaGetLastError());
+  return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
 }
 
-int binary(int op, const Strided& out, const Strided& a, const Strided& b, int* error_flag, int error_code,
+int binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b, int* error_flag, int error_code,
            void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  with_op<ew::Binary, BRRR_BINARY_OPS>(static_cast<ew::Binary>(op), [&]<ew::Binary OP>() {
-    dispatch(a.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (ew::is_comparison(OP))
+  with_op(op, [&]<BinaryOp OP>() {
+    dispatch(a.dtype, [&]<class T>(T*) {
+      if constexpr (is_comparison(OP))
         launch2<std::uint8_t, T>(out, a, b, BinaryF<OP, T, std::uint8_t>{error_flag, error_code}, s);
       else launch2<T, T>(out, a, b, BinaryF<OP, T, T>{error_flag, error_code}, s);
     });
@@ -262,30 +219,27 @@ int binary(int op, const Strided& out, const Strided& a, const Strided& b, int* 
   return static_cast<int>(cudaGetLastError());
 }
 
-int binary_scalar(int op, const Strided& out, const Strided& a, double sc, bool scalar_first, int* error_flag,
+int binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double sc, bool scalar_first, int* error_flag,
                   int error_code, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  with_op<ew::Binary, BRRR_BINARY_OPS>(static_cast<ew::Binary>(op), [&]<ew::Binary OP>() {
-    dispatch(a.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (ew::is_comparison(OP))
-        launch1<std::uint8_t, T>(out, a, BinaryScalarF<OP, T, std::uint8_t>{scalar_as<T>(sc), scalar_first, error_flag, error_code}, s);
+  with_op(op, [&]<BinaryOp OP>() {
+    dispatch(a.dtype, [&]<class T>(T*) {
+      const compute_t<T> sv = load(narrow_to<T>(sc));  // the scalar as the tensor's dtype holds it
+      if constexpr (is_comparison(OP))
+        launch1<std::uint8_t, T>(out, a, BinaryScalarF<OP, T, std::uint8_t>{sv, scalar_first, error_flag, error_code}, s);
       else
-        launch1<T, T>(out, a, BinaryScalarF<OP, T, T>{scalar_as<T>(sc), scalar_first, error_flag, error_code}, s);
+        launch1<T, T>(out, a, BinaryScalarF<OP, T, T>{sv, scalar_first, error_flag, error_code}, s);
     });
   });
   return static_cast<int>(cudaGetLastError());
 }
 
-int where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b, void* stream) {
+int where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  Strided o = out, c = cond, pa = a, pb = b;
-  Strided* ops[4] = {&o, &c, &pa, &pb};
+  Operand o = out, c = cond, pa = a, pb = b;
+  Operand* ops[4] = {&o, &c, &pa, &pb};
   coalesce(ops);
-  dispatch(out.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    where_strided<T><<<blocks_for(o.numel), 256, 0, st>>>(o, c, pa, pb);
-  });
+  dispatch(out.dtype, [&]<class T>(T*) { where_strided<T><<<blocks_for(o.numel), 256, 0, st>>>(o, c, pa, pb); });
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,6 +1,7 @@
 // CudaBackend's elementwise members: check the launch status of ops/cuda/elementwise.cu.
 // Integer rounding divisions pass the deferred device error flag for zero divisors.
 module;
+#include "backend/contract.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_error_codes.hpp"
 #include "ops/cuda/kernels.hpp"
@@ -8,9 +9,6 @@ module brrr.backend;
 import brrr.tensor;
 
 namespace brrr::backend {
-
-kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
-int* device_error_flag(int device);          // cuda/device_errors.cpp
 
 namespace {
 
@@ -35,27 +33,25 @@ DivisionReport division_report(BinaryOp op, const Operand& out) {
 
 void CudaBackend::unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::unary(static_cast<int>(op), strided(out), strided(in), p0, p1,
-                                 current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::unary(op, out, in, p0, p1, current_stream(out.device)->handle));
 }
 
 void CudaBackend::binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
   DivisionReport r = division_report(op, out);
-  BRRR_CUDA_CHECK(kernels::binary(static_cast<int>(op), strided(out), strided(a), strided(b), r.flag, r.code,
-                                  current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::binary(op, out, a, b, r.flag, r.code, current_stream(out.device)->handle));
 }
 
 void CudaBackend::binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first) {
   DeviceGuard g(out.device);
   DivisionReport r = division_report(op, out);
-  BRRR_CUDA_CHECK(kernels::binary_scalar(static_cast<int>(op), strided(out), strided(a), s, scalar_first, r.flag,
-                                         r.code, current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::binary_scalar(op, out, a, s, scalar_first, r.flag, r.code,
+                                         current_stream(out.device)->handle));
 }
 
 void CudaBackend::where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::where(strided(out), strided(cond), strided(a), strided(b), current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::where(out, cond, a, b, current_stream(out.device)->handle));
 }
 
 }  // namespace brrr::backend

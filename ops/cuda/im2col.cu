@@ -7,7 +7,7 @@ namespace brrr::kernels {
 namespace {
 
 template <class T>
-__global__ void im2col_kernel(T* out, Strided in, Window g, T pad, std::int64_t total) {
+__global__ void im2col_kernel(T* out, Operand in, Window2d g, T pad, std::int64_t total) {
   const T* x = static_cast<const T*>(in.data);
   const std::int64_t L = g.out_h * g.out_w;
   for (std::int64_t idx = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; idx < total;
@@ -25,12 +25,12 @@ __global__ void im2col_kernel(T* out, Strided in, Window g, T pad, std::int64_t 
 }
 
 template <class T>
-__global__ void col2im_kernel(T* out, Strided col, Window g, std::int64_t total) {
+__global__ void col2im_kernel(T* out, Operand col, Window2d g, std::int64_t total) {
   const T* cp = static_cast<const T*>(col.data);
   for (std::int64_t idx = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; idx < total;
        idx += std::int64_t(blockDim.x) * gridDim.x) {
     std::int64_t xx = idx % g.w, y = (idx / g.w) % g.h, c = (idx / (g.w * g.h)) % g.c, n = idx / (g.w * g.h * g.c);
-    decltype(widen(T{})) acc = 0;  // double for floating types, int64 for integers
+    wide_t<T> acc = 0;  // double for floating types, int64 for integers
     for (std::int64_t i = 0; i < g.kh; ++i) {
       std::int64_t ty = y + g.ph - i * g.dh;  // = oy * sh
       if (ty < 0 || ty % g.sh != 0) continue;
@@ -51,20 +51,18 @@ __global__ void col2im_kernel(T* out, Strided col, Window g, std::int64_t total)
 
 }  // namespace
 
-int im2col(const Strided& out, const Strided& in, const Window& g, double pad_value, void* stream) {
+int im2col(const Operand& out, const Operand& in, const Window2d& g, double pad_value, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch(in.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T pad = host_cast<T>(pad_value);  // host code: narrow_to is device-only
+  dispatch(in.dtype, [&]<class T>(T*) {
+    const T pad = narrow_to<T>(pad_value);
     im2col_kernel<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), in, g, pad, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
 }
 
-int col2im(const Strided& out, const Strided& col, const Window& g, void* stream) {
+int col2im(const Operand& out, const Operand& col, const Window2d& g, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch(out.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  dispatch(out.dtype, [&]<class T>(T*) {
     col2im_kernel<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), col, g, out.numel);
   });
   return static_cast<int>(cudaGetLastError());

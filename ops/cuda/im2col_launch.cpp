@@ -7,22 +7,14 @@ import brrr.tensor;
 
 namespace brrr::backend {
 
-kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
-
-namespace {
-kernels::Window window(const Window2d& g) {
-  return {g.n, g.c, g.h, g.w, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.out_h, g.out_w};
-}
-}  // namespace
-
 void CudaBackend::im2col(const Operand& out, const Operand& in, const Window2d& w, double pad_value) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::im2col(strided(out), strided(in), window(w), pad_value, current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::im2col(out, in, w, pad_value, current_stream(out.device)->handle));
 }
 
 void CudaBackend::col2im(const Operand& out, const Operand& in, const Window2d& w) {
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::col2im(strided(out), strided(in), window(w), current_stream(out.device)->handle));
+  BRRR_CUDA_CHECK(kernels::col2im(out, in, w, current_stream(out.device)->handle));
 }
 
 }  // namespace brrr::backend

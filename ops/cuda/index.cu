@@ -42,7 +42,7 @@ __device__ __forceinline__ std::int64_t checked_index(std::int64_t k, std::int64
 // ---- gather ----
 
 template <class E, class I>
-__global__ void gather_kernel(Strided out, Strided in, int dim, Strided index, int* flag, int code) {
+__global__ void gather_kernel(Operand out, Operand in, int dim, Operand index, int* flag, int code) {
   E* o = static_cast<E*>(out.data);
   const E* x = static_cast<const E*>(in.data);
   const I* ix = static_cast<const I*>(index.data);
@@ -76,7 +76,7 @@ __device__ __forceinline__ void atomic_add(std::int64_t* p, std::int64_t v) {
 }
 
 template <class T, class I>
-__global__ void scatter_atomic_kernel(Strided out, int dim, Strided index, Strided src, int* flag, int code) {
+__global__ void scatter_atomic_kernel(Operand out, int dim, Operand index, Operand src, int* flag, int code) {
   T* o = static_cast<T*>(out.data);
   const T* s = static_cast<const T*>(src.data);
   const I* ix = static_cast<const I*>(index.data);
@@ -102,7 +102,7 @@ __global__ void scatter_atomic_kernel(Strided out, int dim, Strided index, Strid
 // keys[p] = row-major linear index (in out's shape) of the destination of position p;
 // vals[p] = p.
 template <class K, class I>
-__global__ void scatter_keys_kernel(Strided out, int dim, Strided index, K* keys, K* vals, int* flag, int code) {
+__global__ void scatter_keys_kernel(Operand out, int dim, Operand index, K* keys, K* vals, int* flag, int code) {
   const I* ix = static_cast<const I*>(index.data);
   const std::int64_t n = index.numel;
   const std::int64_t size = out.sizes[dim];
@@ -123,21 +123,10 @@ __global__ void scatter_keys_kernel(Strided out, int dim, Strided index, K* keys
   }
 }
 
-template <class T> struct Acc { using type = std::int64_t; };  // integers: exact, then narrowed
-template <> struct Acc<float> { using type = float; };
-template <> struct Acc<double> { using type = double; };
-template <> struct Acc<__half> { using type = float; };
-template <> struct Acc<__nv_bfloat16> { using type = float; };
-
-template <class T> __device__ __forceinline__ typename Acc<T>::type load(T v) {
-  if constexpr (is_half_like<T>) return static_cast<float>(v);
-  else return static_cast<typename Acc<T>::type>(v);
-}
-
 // One thread per run of equal keys (found at its first element): out[key] += each source
 // of the run in position order, rounded to T after every addition (the CPU's loop).
 template <class T, class K>
-__global__ void scatter_segments_kernel(Strided out, Strided src, const K* keys, const K* vals, std::int64_t n) {
+__global__ void scatter_segments_kernel(Operand out, Operand src, const K* keys, const K* vals, std::int64_t n) {
   T* o = static_cast<T*>(out.data);
   const T* s = static_cast<const T*>(src.data);
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
@@ -145,10 +134,10 @@ __global__ void scatter_segments_kernel(Strided out, Strided src, const K* keys,
     const K key = keys[i];
     if (i > 0 && keys[i - 1] == key) continue;  // not the head of its run
     T* dst = o + offset_of(out, static_cast<std::int64_t>(key));
-    auto acc = load(*dst);
+    auto acc = load_acc(*dst);  // integers: exact in int64, then narrowed
     for (std::int64_t j = i; j < n && keys[j] == key; ++j) {
       const T v = s[offset_of(src, static_cast<std::int64_t>(vals[j]))];
-      acc = load(narrow_to<T>(acc + load(v)));
+      acc = load_acc(narrow_to<T>(acc + load_acc(v)));
     }
     *dst = narrow_to<T>(acc);
   }
@@ -161,7 +150,7 @@ struct SortPlan {
   std::int64_t n = 0;
 };
 
-SortPlan sort_plan(const Strided& out, const Strided& index) {
+SortPlan sort_plan(const Operand& out, const Operand& index) {
   SortPlan p;
   p.n = index.numel;
   const std::uint64_t max_key = out.numel > 0 ? static_cast<std::uint64_t>(out.numel - 1) : 0;
@@ -184,30 +173,30 @@ template <class K> std::size_t sorted_bytes(const SortPlan& p) {
   return 4 * align_up(static_cast<std::size_t>(p.n) * sizeof(K)) + cub_sort_bytes<K>(p);
 }
 
-bool same_sizes(const Strided& a, const Strided& b) {
+bool same_sizes(const Operand& a, const Operand& b) {
   if (a.ndim != b.ndim) return false;
   for (int d = 0; d < a.ndim; ++d)
     if (a.sizes[d] != b.sizes[d]) return false;
   return true;
 }
 
-bool valid_index_type(ScalarType t) { return t == ScalarType::i32 || t == ScalarType::i64; }
+bool valid_index_type(DType t) { return t == DType::i32 || t == DType::i64; }
 
-template <class F> void with_index_type(ScalarType t, F&& f) {
-  if (t == ScalarType::i32) f(std::int32_t{});
+template <class F> void with_index_type(DType t, F&& f) {
+  if (t == DType::i32) f(std::int32_t{});
   else f(std::int64_t{});
 }
 
 // Operands scatter_add accepts: index and src of one shape, out of their ndim, a non-empty
 // dim when there is anything to add, no bool.
-bool valid_scatter(const Strided& out, int dim, const Strided& index, const Strided& src) {
+bool valid_scatter(const Operand& out, int dim, const Operand& index, const Operand& src) {
   return valid_index_type(index.dtype) && same_sizes(index, src) && out.ndim == index.ndim && dim >= 0 &&
-         dim < (out.ndim > 0 ? out.ndim : 1) && out.dtype == src.dtype && out.dtype != ScalarType::boolean &&
+         dim < (out.ndim > 0 ? out.ndim : 1) && out.dtype == src.dtype && out.dtype != DType::boolean &&
          (index.numel == 0 || (out.ndim > 0 && out.sizes[dim] > 0));
 }
 
 template <class K, class T, class I>
-cudaError_t run_sorted(const SortPlan& p, const Strided& out, int dim, const Strided& index, const Strided& src,
+cudaError_t run_sorted(const SortPlan& p, const Operand& out, int dim, const Operand& index, const Operand& src,
                        void* workspace, int* flag, int code, cudaStream_t st) {
   const std::size_t slot = align_up(static_cast<std::size_t>(p.n) * sizeof(K));
   char* w = static_cast<char*>(workspace);
@@ -229,7 +218,7 @@ cudaError_t run_sorted(const SortPlan& p, const Strided& out, int dim, const Str
 
 }  // namespace
 
-int gather(const Strided& out, const Strided& in, int dim, const Strided& index, int* error_flag, int error_code,
+int gather(const Operand& out, const Operand& in, int dim, const Operand& index, int* error_flag, int error_code,
            void* stream) {
   if (out.numel == 0) return static_cast<int>(cudaSuccess);
   if (!valid_index_type(index.dtype) || !same_sizes(out, index) || in.ndim != out.ndim || dim < 0 ||
@@ -237,8 +226,7 @@ int gather(const Strided& out, const Strided& in, int dim, const Strided& index,
     return static_cast<int>(cudaErrorInvalidValue);
   auto st = static_cast<cudaStream_t>(stream);
   const unsigned blocks = blocks_for(out.numel, threads);
-  std::size_t item = 0;
-  dispatch(out.dtype, [&](auto t) { item = sizeof(t); });
+  const std::size_t item = itemsize(out.dtype);
   with_index_type(index.dtype, [&](auto i) {
     using I = decltype(i);
     switch (item) {
@@ -251,15 +239,14 @@ int gather(const Strided& out, const Strided& in, int dim, const Strided& index,
   return static_cast<int>(cudaGetLastError());
 }
 
-int scatter_add_atomic(const Strided& out, int dim, const Strided& index, const Strided& src, int* error_flag,
+int scatter_add_atomic(const Operand& out, int dim, const Operand& index, const Operand& src, int* error_flag,
                        int error_code, void* stream) {
   if (index.numel == 0) return static_cast<int>(cudaSuccess);
   if (!valid_scatter(out, dim, index, src)) return static_cast<int>(cudaErrorInvalidValue);
   auto st = static_cast<cudaStream_t>(stream);
   const unsigned blocks = blocks_for(index.numel, threads);
-  dispatch(out.dtype, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (!std::is_same_v<T, std::uint8_t>) {
+  dispatch(out.dtype, [&]<class T>(T*) {
+    if constexpr (!is_bool_storage<T>) {
       with_index_type(index.dtype, [&](auto i) {
         using I = decltype(i);
         scatter_atomic_kernel<T, I><<<blocks, threads, 0, st>>>(out, dim, index, src, error_flag, error_code);
@@ -269,13 +256,13 @@ int scatter_add_atomic(const Strided& out, int dim, const Strided& index, const 
   return static_cast<int>(cudaGetLastError());
 }
 
-std::size_t scatter_add_sorted_workspace_bytes(const Strided& out, const Strided& index) {
+std::size_t scatter_add_sorted_workspace_bytes(const Operand& out, const Operand& index) {
   if (index.numel == 0) return 0;
   SortPlan p = sort_plan(out, index);
   return p.wide ? sorted_bytes<std::uint64_t>(p) : sorted_bytes<std::uint32_t>(p);
 }
 
-int scatter_add_sorted(const Strided& out, int dim, const Strided& index, const Strided& src, void* workspace,
+int scatter_add_sorted(const Operand& out, int dim, const Operand& index, const Operand& src, void* workspace,
                        std::size_t workspace_bytes, int* error_flag, int error_code, void* stream) {
   if (index.numel == 0) return static_cast<int>(cudaSuccess);
   if (!valid_scatter(out, dim, index, src) || !workspace) return static_cast<int>(cudaErrorInvalidValue);
@@ -284,9 +271,8 @@ int scatter_add_sorted(const Strided& out, int dim, const Strided& index, const 
     return static_cast<int>(cudaErrorInvalidValue);
   auto st = static_cast<cudaStream_t>(stream);
   cudaError_t e = cudaSuccess;
-  dispatch(out.dtype, [&](auto t) {
-    using T = decltype(t);
-    if constexpr (!std::is_same_v<T, std::uint8_t>) {
+  dispatch(out.dtype, [&]<class T>(T*) {
+    if constexpr (!is_bool_storage<T>) {
       with_index_type(index.dtype, [&](auto i) {
         using I = decltype(i);
         e = p.wide ? run_sorted<std::uint64_t, T, I>(p, out, dim, index, src, workspace, error_flag, error_code, st)

@@ -17,9 +17,6 @@ import brrr.tensor;
 
 namespace brrr::backend {
 
-kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
-int* device_error_flag(int device);          // cuda/device_errors.cpp
-
 namespace {
 
 bool is_index_dtype(DType d) { return d == DType::i32 || d == DType::i64; }
@@ -38,7 +35,7 @@ void CudaBackend::gather(const Operand& out, const Operand& in, int dim, const O
     bad_operands("gather", out, index);
   DeviceGuard g(out.device);
   int code = index_errors::current_op(index_errors::gather);
-  BRRR_CUDA_CHECK(kernels::gather(strided(out), strided(in), dim, strided(index), device_error_flag(out.device), code,
+  BRRR_CUDA_CHECK(kernels::gather(out, in, dim, index, device_error_flag(out.device), code,
                                   current_stream(out.device)->handle));
 }
 
@@ -53,15 +50,14 @@ void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index,
   StreamPtr stream = current_stream(out.device);
   int code = index_errors::current_op(index_errors::scatter_add);
   int* flag = device_error_flag(out.device);
-  kernels::Strided so = strided(out), sx = strided(index), ss = strided(src);
   // Integer sums are exact in any order: atomics are already reproducible for them.
   if (!deterministic || !is_floating_point(out.dtype)) {
-    BRRR_CUDA_CHECK(kernels::scatter_add_atomic(so, dim, sx, ss, flag, code, stream->handle));
+    BRRR_CUDA_CHECK(kernels::scatter_add_atomic(out, dim, index, src, flag, code, stream->handle));
     return;
   }
-  std::size_t bytes = kernels::scatter_add_sorted_workspace_bytes(so, sx);
+  std::size_t bytes = kernels::scatter_add_sorted_workspace_bytes(out, index);
   Storage workspace = allocate_device(bytes, out.device, stream);
-  BRRR_CUDA_CHECK(kernels::scatter_add_sorted(so, dim, sx, ss, workspace.data(), bytes, flag, code, stream->handle));
+  BRRR_CUDA_CHECK(kernels::scatter_add_sorted(out, dim, index, src, workspace.data(), bytes, flag, code, stream->handle));
 }
 
 }  // namespace brrr::backend

@@ -1,60 +1,56 @@
 // The CUDA kernels' launch functions: a plain header (no modules, no CUDA headers) shared by
-// nvcc (.cu files) and the clang-built backend (ops/cuda/backend_cuda.cpp). Every launch
-// enqueues on `stream` (a cudaStream_t) and returns the cudaError_t of the launch as int.
+// nvcc (.cu files) and the clang-built CUDA backend (ops/cuda/*_launch.cpp). The argument
+// types are the contract's own (backend/contract.hpp). Every launch enqueues on `stream` (a
+// cudaStream_t) and returns the cudaError_t of the launch as int.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+
+#include "backend/contract.hpp"
 
 namespace brrr::kernels {
 
-/// Mirrors brrr::DType's order (static_asserts in backend_cuda.cpp keep them equal).
-enum class ScalarType : std::uint8_t { f32, f64, bf16, f16, i32, i64, boolean };
-
-inline constexpr int max_dims = 8;
-
-/// A strided operand passed to kernels by value (no device-side metadata upload).
-struct Strided {
-  void* data;
-  ScalarType dtype;
-  int ndim;
-  std::int64_t numel;
-  std::int64_t sizes[max_dims];
-  std::int64_t strides[max_dims];
-};
+using backend::BinaryOp;
+using backend::Distribution;
+using backend::Operand;
+using backend::OptimizerStep;
+using backend::ReduceOp;
+using backend::UnaryOp;
+using backend::Window2d;
 
 /// out[i] = value (converted to out's dtype).
-int fill(const Strided& out, double value, void* stream);
+int fill(const Operand& out, double value, void* stream);
 /// dst[i] = convert(src[i]) for same-shape operands of any dtypes and strides.
-int copy(const Strided& dst, const Strided& src, void* stream);
+int copy(const Operand& dst, const Operand& src, void* stream);
 /// out (contiguous)[i] = start + i * step.
-int arange(const Strided& out, double start, double step, void* stream);
-/// Turns Philox words into values (ops/random_transform.hpp): dist 0 uniform, 1 normal,
-/// 2 integer in [low, high). out is contiguous.
-int random_transform(const Strided& out, const std::uint32_t* words, int dist, std::int64_t low,
+int arange(const Operand& out, double start, double step, void* stream);
+/// Turns Philox words into values (ops/random_transform.hpp); integers in [low, high). out
+/// is contiguous.
+int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,
                      std::int64_t high, void* stream);
 
-/// Elementwise ops (codes: brrr::elementwise::Unary / Binary in ops/elementwise_math.hpp).
-/// out and in share a shape; for binary, a and b are already broadcast to out's shape and
-/// share a dtype; comparisons write bool. lo/hi: clamp's bounds.
-int unary(int op, const Strided& out, const Strided& in, double lo, double hi, void* stream);
+/// Elementwise ops (math: ops/elementwise_math.hpp). out and in share a shape; for binary, a
+/// and b are already broadcast to out's shape and share a dtype; comparisons write bool.
+/// lo/hi: clamp's bounds.
+int unary(UnaryOp op, const Operand& out, const Operand& in, double lo, double hi, void* stream);
 /// error_flag/error_code: where integer rounding divisions report a zero divisor (the
 /// deferred device error; nullptr for other ops).
-int binary(int op, const Strided& out, const Strided& a, const Strided& b, int* error_flag, int error_code,
+int binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b, int* error_flag, int error_code,
            void* stream);
-int binary_scalar(int op, const Strided& out, const Strided& a, double s, bool scalar_first, int* error_flag,
+int binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first, int* error_flag,
                   int error_code, void* stream);
-int where(const Strided& out, const Strided& cond, const Strided& a, const Strided& b, void* stream);
+int where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b, void* stream);
 
 }  // namespace brrr::kernels
 
 // ---- Reductions (ops/cuda/reduce.cu) ----------------------------------------------------
-#include <cstddef>
 
 namespace brrr::kernels {
 
 /// Device workspace (bytes) that reduce() needs for these operands; 0 when none. A host-only
-/// computation (no CUDA call that waits). op: 0 sum, 1 max, 2 min (backend::ReduceOp's order).
-std::size_t reduce_workspace_bytes(int op, const Strided& out, const Strided& in, std::uint32_t dims_mask,
-                                   const Strided* indices, int device);
+/// computation (no CUDA call that waits).
+std::size_t reduce_workspace_bytes(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
+                                   const Operand* indices, int device);
 /// Reduces `in` over the dims set in dims_mask into `out` (same ndim, size 1 on reduced dims)
 /// and, for max/min with a single reduced dim, the i64 index of the first extreme into
 /// `indices`. out's dtype: sum -> the input's for floats (or f32 for bf16/f16 inputs),
@@ -62,13 +58,12 @@ std::size_t reduce_workspace_bytes(int op, const Strided& out, const Strided& in
 /// `workspace` holds at least reduce_workspace_bytes(...) bytes of device memory, usable in
 /// stream order on `stream`. Returns a cudaError_t as int (cudaErrorInvalidValue for
 /// operands that do not fit these rules).
-int reduce(int op, const Strided& out, const Strided& in, std::uint32_t dims_mask, const Strided* indices,
+int reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask, const Operand* indices,
            void* workspace, std::size_t workspace_bytes, int device, void* stream);
 
 }  // namespace brrr::kernels
 
 // ---- Indexing: gather / scatter_add (ops/cuda/index.cu) ---------------------------------
-#include <cstddef>
 
 namespace brrr::kernels {
 
@@ -77,21 +72,21 @@ namespace brrr::kernels {
 /// along dim). An index outside [0, in.sizes[dim]) is clamped into it and `error_code` is
 /// stored into `*error_flag` (device-visible host memory, read after the next sync).
 /// cudaErrorInvalidValue when in.sizes[dim] == 0 but out is not empty.
-int gather(const Strided& out, const Strided& in, int dim, const Strided& index, int* error_flag, int error_code,
+int gather(const Operand& out, const Operand& in, int dim, const Operand& index, int* error_flag, int error_code,
            void* stream);
 /// out[p with coordinate `dim` replaced by index[p]] += src[p] for every position p of index
 /// (src has index's shape and out's dtype; not bool), with atomics: the summation order of
 /// duplicates varies from run to run for floating types. Out-of-range indices as in gather.
-int scatter_add_atomic(const Strided& out, int dim, const Strided& index, const Strided& src, int* error_flag,
+int scatter_add_atomic(const Operand& out, int dim, const Operand& index, const Operand& src, int* error_flag,
                        int error_code, void* stream);
 /// Device workspace (bytes) that scatter_add_sorted needs for these operands. A host-only
 /// computation (CUB's size query; nothing is launched or waited for) on the current device.
-std::size_t scatter_add_sorted_workspace_bytes(const Strided& out, const Strided& index);
+std::size_t scatter_add_sorted_workspace_bytes(const Operand& out, const Operand& index);
 /// scatter_add in a fixed order, reproducible to the bit: the (destination, position) pairs
 /// are sorted with cub::DeviceRadixSort (stable, so equal destinations keep position order),
 /// then one thread per destination adds its sources in position order, rounding to out's
 /// dtype after each addition exactly as the CPU backend's sequential loop does.
-int scatter_add_sorted(const Strided& out, int dim, const Strided& index, const Strided& src, void* workspace,
+int scatter_add_sorted(const Operand& out, int dim, const Operand& index, const Operand& src, void* workspace,
                        std::size_t workspace_bytes, int* error_flag, int error_code, void* stream);
 
 }  // namespace brrr::kernels
@@ -104,14 +99,14 @@ namespace brrr::kernels {
 /// `out` (same dtype: f32/f64/bf16/f16; arithmetic in f32, f64 for f64). Rows of all -inf
 /// and rows holding +inf or NaN give NaN (PyTorch). Returns a cudaError_t as int
 /// (cudaErrorInvalidValue for an integer dtype).
-int softmax_rows(void* out, const void* in, ScalarType dtype, std::int64_t rows, std::int64_t cols, bool log,
+int softmax_rows(void* out, const void* in, DType dtype, std::int64_t rows, std::int64_t cols, bool log,
                  void* stream);
 /// Layer norm over each row of contiguous [rows, cols] `in`: out = (x - mean) * rstd * w + b
 /// with the biased variance and rstd = 1 / sqrt(var + eps). `mean` and `rstd` ([rows]) are
 /// f32 for f32/bf16/f16 inputs and f64 for f64; `weight`/`bias` ([cols], in's dtype) may be
 /// nullptr. Returns a cudaError_t as int.
 int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
-                    ScalarType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
+                    DType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
 
 // ---- Fused cross entropy (ops/cuda/cross_entropy.cu) ----
 
@@ -120,51 +115,36 @@ int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const voi
 /// or out-of-range target), lse[row] = log-sum-exp; out and lse in the accumulation type
 /// (f64 for f64, f32 otherwise). loss = (1 - e)(lse - x_t) + e (lse - mean_c x_c). A target
 /// outside [0, cols) other than ignore_index stores error_code into *error_flag.
-int cross_entropy_forward(void* out, void* lse, const void* logits, ScalarType dtype, const void* target,
+int cross_entropy_forward(void* out, void* lse, const void* logits, DType dtype, const void* target,
                           bool target_i64, std::int64_t rows, std::int64_t cols, std::int64_t ignore_index,
                           double label_smoothing, int* error_flag, int error_code, void* stream);
 /// grad_logits[i, c] (logits' dtype) = s_i (exp(x - lse_i) - (1 - e) [c == t_i] - e / cols),
 /// s_i = 0 for ignored or out-of-range targets, else grad[i] (per_row) or grad[0] / count[0]
 /// (count may be nullptr: then grad[0]). grad, count and lse in the accumulation type.
 int cross_entropy_backward(void* grad_logits, const void* logits, const void* lse, const void* target,
-                           ScalarType dtype, bool target_i64, const void* grad, bool per_row, const void* count,
+                           DType dtype, bool target_i64, const void* grad, bool per_row, const void* count,
                            std::int64_t rows, std::int64_t cols, std::int64_t ignore_index, double label_smoothing,
                            void* stream);
 
 // ---- im2col / col2im (ops/cuda/im2col.cu) ----
 
-/// Mirrors backend::Window2d: the window sweep over an [N, C, H, W] input.
-struct Window {
-  std::int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, out_h, out_w;
-};
 /// out (contiguous [N, C*kh*kw, out_h*out_w]) from in ([N, C, H, W], any strides).
-int im2col(const Strided& out, const Strided& in, const Window& g, double pad_value, void* stream);
+int im2col(const Operand& out, const Operand& in, const Window2d& g, double pad_value, void* stream);
 /// out (contiguous [N, C, H, W]) = sum of the column entries that read each cell.
-int col2im(const Strided& out, const Strided& col, const Window& g, void* stream);
+int col2im(const Operand& out, const Operand& col, const Window2d& g, void* stream);
 
 }  // namespace brrr::kernels
 
 // ---- Optimizer updates: SGD, Adam, AdamW (ops/cuda/optimizer.cu) ------------------------
-#include <cstddef>
 
 namespace brrr::kernels {
 
-/// Hyperparameters of one fused optimizer update (backend::OptimizerStep without its tensor
-/// lists), host numbers passed by value: kind 0 SGD, 1 Adam, 2 AdamW (decoupled decay).
-/// bias_correction1/2 are 1 - beta^t.
-struct OptimizerHyper {
-  int kind;
-  double lr, weight_decay, momentum, dampening, beta1, beta2, eps, bias_correction1, bias_correction2;
-  bool nesterov, first_step, amsgrad, maximize;
-};
-/// Updates `count` contiguous tensors of one floating `dtype` in place: params[k], grads[k]
+/// Updates the step's tensors (contiguous, one floating dtype) in place: params[k], grads[k]
 /// and the state buffers (SGD: state1 = momentum, nullptr without momentum; Adam/AdamW:
 /// state1 = exp_avg, state2 = exp_avg_sq, state3 = max_exp_avg_sq or nullptr without
-/// amsgrad) of numels[k] elements each; the pointer arrays are host memory, read before
+/// amsgrad) of numels[k] elements each; the pointer lists are host memory, read before
 /// returning. One multi-tensor launch per 48 tensors on `stream`; arithmetic in f32 (f64 for
 /// f64). Returns a cudaError_t as int (cudaErrorInvalidValue for an integer dtype).
-int optimizer_step(const OptimizerHyper& hyper, ScalarType dtype, void* const* params, void* const* grads,
-                   void* const* state1, void* const* state2, void* const* state3, const std::int64_t* numels,
-                   std::size_t count, void* stream);
+int optimizer_step(const OptimizerStep& step, void* stream);
 
 }  // namespace brrr::kernels

@@ -11,8 +11,6 @@ import brrr.tensor;
 
 namespace brrr::backend {
 
-int* device_error_flag(int device);  // cuda/device_errors.cpp
-
 namespace {
 // index_errors::nll_target (cuda/device_errors.cpp): names "cross_entropy/nll_loss (target)".
 constexpr int nll_target_code = 6;
@@ -24,7 +22,7 @@ void CudaBackend::cross_entropy_forward(const Operand& out, const Operand& lse, 
   if (rows == 0) return;
   DeviceGuard g(logits.device);
   BRRR_CUDA_CHECK(kernels::cross_entropy_forward(
-      out.data, lse.data, logits.data, static_cast<kernels::ScalarType>(logits.dtype), target.data,
+      out.data, lse.data, logits.data, logits.dtype, target.data,
       target.dtype == DType::i64, rows, logits.numel / rows, ignore_index, label_smoothing,
       device_error_flag(logits.device), nll_target_code, current_stream(logits.device)->handle));
 }
@@ -36,7 +34,7 @@ void CudaBackend::cross_entropy_backward(const Operand& grad_logits, const Opera
   if (rows == 0) return;
   DeviceGuard g(logits.device);
   BRRR_CUDA_CHECK(kernels::cross_entropy_backward(
-      grad_logits.data, logits.data, lse.data, target.data, static_cast<kernels::ScalarType>(logits.dtype),
+      grad_logits.data, logits.data, lse.data, target.data, logits.dtype,
       target.dtype == DType::i64, grad.data, per_row, count ? count->data : nullptr, rows, logits.numel / rows,
       ignore_index, label_smoothing, current_stream(logits.device)->handle));
 }

@@ -41,16 +41,9 @@ template <class A> struct Coeffs {
 
 static_assert(sizeof(TensorList) + sizeof(Coeffs<double>) <= 4000, "kernel parameters must stay under 4 KB");
 
-template <class T> struct Compute { using type = float; };
-template <> struct Compute<double> { using type = double; };
-
-template <class T> __device__ __forceinline__ typename Compute<T>::type load(T v) {
-  return static_cast<typename Compute<T>::type>(v);
-}
-
 template <class T, bool Adam>
-__global__ void __launch_bounds__(optimizer_threads) multi_tensor_step(TensorList list, Coeffs<typename Compute<T>::type> c) {
-  using A = typename Compute<T>::type;
+__global__ void __launch_bounds__(optimizer_threads) multi_tensor_step(TensorList list, Coeffs<compute_t<T>> c) {
+  using A = compute_t<T>;
   // The tensor whose chunk this block updates: the last t with chunk_begin[t] <= blockIdx.x
   // (tensors without elements own no chunk and are skipped). Uniform across the block.
   const std::int64_t chunk = blockIdx.x;
@@ -99,7 +92,7 @@ __global__ void __launch_bounds__(optimizer_threads) multi_tensor_step(TensorLis
   }
 }
 
-template <class A> Coeffs<A> coeffs_of(const OptimizerHyper& h) {
+template <class A> Coeffs<A> coeffs_of(const OptimizerStep& h) {
   Coeffs<A> c;
   c.lr = static_cast<A>(h.lr);
   c.wd = static_cast<A>(h.weight_decay);
@@ -119,31 +112,29 @@ template <class A> Coeffs<A> coeffs_of(const OptimizerHyper& h) {
   c.first_step = h.first_step;
   c.amsgrad = h.amsgrad;
   c.maximize = h.maximize;
-  c.decoupled = h.kind == 2;
+  c.decoupled = h.kind == OptimizerKind::adamw;
   return c;
 }
 
-template <class T>
-int launch_all(const OptimizerHyper& h, void* const* params, void* const* grads, void* const* state1,
-               void* const* state2, void* const* state3, const std::int64_t* numels, std::size_t count,
-               cudaStream_t stream) {
-  using A = typename Compute<T>::type;
+template <class T> int launch_all(const OptimizerStep& h, cudaStream_t stream) {
+  using A = compute_t<T>;
   const Coeffs<A> c = coeffs_of<A>(h);
+  const std::size_t count = h.params.size();
   std::size_t k = 0;
   while (k < count) {
     TensorList list{};
     std::int64_t chunks = 0;
     int m = 0;
     for (; k < count && m < optimizer_max_tensors; ++k) {
-      if (numels[k] <= 0) continue;  // nothing to update
-      list.param[m] = params[k];
-      list.grad[m] = grads[k];
-      list.state1[m] = state1[k];
-      list.state2[m] = state2[k];
-      list.state3[m] = state3[k];
-      list.numel[m] = numels[k];
+      if (h.numels[k] <= 0) continue;  // nothing to update
+      list.param[m] = h.params[k];
+      list.grad[m] = h.grads[k];
+      list.state1[m] = h.state1[k];
+      list.state2[m] = h.state2[k];
+      list.state3[m] = h.state3[k];
+      list.numel[m] = h.numels[k];
       list.chunk_begin[m] = chunks;
-      chunks += (numels[k] + optimizer_chunk - 1) / optimizer_chunk;
+      chunks += (h.numels[k] + optimizer_chunk - 1) / optimizer_chunk;
       ++m;
     }
     if (m == 0) break;
@@ -151,7 +142,7 @@ int launch_all(const OptimizerHyper& h, void* const* params, void* const* grads,
     list.count = m;
     if (chunks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
     const dim3 grid(static_cast<unsigned>(chunks));
-    if (h.kind == 0) multi_tensor_step<T, false><<<grid, optimizer_threads, 0, stream>>>(list, c);
+    if (h.kind == OptimizerKind::sgd) multi_tensor_step<T, false><<<grid, optimizer_threads, 0, stream>>>(list, c);
     else multi_tensor_step<T, true><<<grid, optimizer_threads, 0, stream>>>(list, c);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return static_cast<int>(e);
@@ -161,22 +152,13 @@ int launch_all(const OptimizerHyper& h, void* const* params, void* const* grads,
 
 }  // namespace
 
-int optimizer_step(const OptimizerHyper& hyper, ScalarType dtype, void* const* params, void* const* grads,
-                   void* const* state1, void* const* state2, void* const* state3, const std::int64_t* numels,
-                   std::size_t count, void* stream) {
-  if (hyper.kind < 0 || hyper.kind > 2) return static_cast<int>(cudaErrorInvalidValue);
+int optimizer_step(const OptimizerStep& step, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case ScalarType::f32: return launch_all<float>(hyper, params, grads, state1, state2, state3, numels, count, s);
-    case ScalarType::f64: return launch_all<double>(hyper, params, grads, state1, state2, state3, numels, count, s);
-    case ScalarType::bf16:
-      return launch_all<__nv_bfloat16>(hyper, params, grads, state1, state2, state3, numels, count, s);
-    case ScalarType::f16: return launch_all<__half>(hyper, params, grads, state1, state2, state3, numels, count, s);
-    case ScalarType::i32:
-    case ScalarType::i64:
-    case ScalarType::boolean: return static_cast<int>(cudaErrorInvalidValue);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  int status = static_cast<int>(cudaErrorInvalidValue);  // integer dtypes have no update
+  dispatch(step.dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) status = launch_all<T>(step, s);
+  });
+  return status;
 }
 
 }  // namespace brrr::kernels

@@ -34,31 +34,8 @@ void CudaBackend::optimizer_step(const OptimizerStep& s) {
       throw Error(ErrorKind::value, "optimizer_step: tensor " + std::to_string(k) + " lacks a pointer its update needs");
   }
   if (count == 0) return;
-  int kind = 0;
-  switch (s.kind) {
-    case OptimizerKind::sgd: kind = 0; break;
-    case OptimizerKind::adam: kind = 1; break;
-    case OptimizerKind::adamw: kind = 2; break;
-  }
-  kernels::OptimizerHyper h{};
-  h.kind = kind;
-  h.lr = s.lr;
-  h.weight_decay = s.weight_decay;
-  h.momentum = s.momentum;
-  h.dampening = s.dampening;
-  h.beta1 = s.beta1;
-  h.beta2 = s.beta2;
-  h.eps = s.eps;
-  h.bias_correction1 = s.bias_correction1;
-  h.bias_correction2 = s.bias_correction2;
-  h.nesterov = s.nesterov;
-  h.first_step = s.first_step;
-  h.amsgrad = s.amsgrad;
-  h.maximize = s.maximize;
   DeviceGuard g(s.device);
-  BRRR_CUDA_CHECK(kernels::optimizer_step(h, static_cast<kernels::ScalarType>(s.dtype), s.params.data(),
-                                          s.grads.data(), s.state1.data(), s.state2.data(), s.state3.data(),
-                                          s.numels.data(), count, current_stream(s.device)->handle));
+  BRRR_CUDA_CHECK(kernels::optimizer_step(s, current_stream(s.device)->handle));
 }
 
 }  // namespace brrr::backend

@@ -7,17 +7,17 @@ namespace brrr::kernels {
 namespace {
 namespace rt = ::brrr::random_transform;
 
-template <class T> __global__ void transform(T* out, const std::uint32_t* w, int dist, std::int64_t low,
+template <class T> __global__ void transform(T* out, const std::uint32_t* w, Distribution dist, std::int64_t low,
                                              std::int64_t high, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(blockDim.x) * gridDim.x) {
-    if (dist == 0) {
+    if (dist == Distribution::uniform) {
       if constexpr (std::is_same_v<T, double>) out[i] = rt::uniform53(w[2 * i], w[2 * i + 1]);
       else if constexpr (std::is_same_v<T, float>) out[i] = rt::uniform_bits(w[i], 24);
       else if constexpr (std::is_same_v<T, __half>) out[i] = __float2half_rn(rt::uniform_bits(w[i], 11));
       else if constexpr (std::is_same_v<T, __nv_bfloat16>) out[i] = __float2bfloat16_rn(rt::uniform_bits(w[i], 8));
-    } else if (dist == 1) {
-      if constexpr (std::is_floating_point_v<T> || is_half_like<T>)
+    } else if (dist == Distribution::normal) {
+      if constexpr (is_floating<T>)
         out[i] = narrow_to<T>(rt::normal(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]));
     } else {
       out[i] = narrow_to<T>(rt::integer(w[2 * i], w[2 * i + 1], low, high));
@@ -26,11 +26,10 @@ template <class T> __global__ void transform(T* out, const std::uint32_t* w, int
 }
 }  // namespace
 
-int random_transform(const Strided& out, const std::uint32_t* words, int dist, std::int64_t low, std::int64_t high,
-                     void* stream) {
+int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,
+                     std::int64_t high, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  dispatch(out.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  dispatch(out.dtype, [&]<class T>(T*) {
     transform<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), words, dist, low, high, out.numel);
   });
   return static_cast<int>(cudaGetLastError());

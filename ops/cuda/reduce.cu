@@ -28,8 +28,6 @@ namespace brrr::kernels {
 
 namespace {
 
-constexpr int op_sum = 0, op_max = 1, op_min = 2;  // brrr::backend::ReduceOp's order
-
 // ---- the plan ----
 
 struct Plan {
@@ -61,7 +59,7 @@ int sm_count(int device) {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t abs64(std::int64_t v) { return v < 0 ? -v : v; }
 
-Plan make_plan(int op, const Strided& out, const Strided& in, std::uint32_t mask, const Strided* indices,
+Plan make_plan(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t mask, const Operand* indices,
                int device) {
   Plan p;
   for (int d = 0; d < in.ndim; ++d) {
@@ -100,8 +98,8 @@ Plan make_plan(int op, const Strided& out, const Strided& in, std::uint32_t mask
   else if (p.nk == 0) p.column = false;
   else p.column = abs64(p.k_in[p.nk - 1]) < abs64(p.r_in[p.nr - 1]);
 
-  bool f32_or_f64 = in.dtype == ScalarType::f32 || in.dtype == ScalarType::f64;
-  p.use_cub = op == op_sum && f32_or_f64 && out.dtype == in.dtype && p.nk == 0 && p.nr == 1 && p.r_in[0] == 1 &&
+  bool f32_or_f64 = in.dtype == DType::f32 || in.dtype == DType::f64;
+  p.use_cub = op == ReduceOp::sum && f32_or_f64 && out.dtype == in.dtype && p.nk == 0 && p.nr == 1 && p.r_in[0] == 1 &&
               p.n_red > 0 && indices == nullptr;
   if (p.use_cub) return p;
 
@@ -127,14 +125,7 @@ Plan make_plan(int op, const Strided& out, const Strided& in, std::uint32_t mask
   return p;
 }
 
-// Element type of accumulators: f32 for f32/bf16/f16, f64 for f64, int64 for ints and bool.
-template <class T> struct AccOf { using type = std::int64_t; };
-template <> struct AccOf<float> { using type = float; };
-template <> struct AccOf<__half> { using type = float; };
-template <> struct AccOf<__nv_bfloat16> { using type = float; };
-template <> struct AccOf<double> { using type = double; };
-template <class T> using acc_of = typename AccOf<T>::type;
-
+// Accumulators: accumulate_t (f32 for f32/bf16/f16, f64 for f64, int64 for ints and bool).
 std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
 // Workspace: CUB's temporary storage, or the chunks' partial values (+ indices).
@@ -157,18 +148,12 @@ template <class T> std::size_t cub_bytes(std::int64_t n) {
 
 // ---- device helpers ----
 
-template <class T> __device__ __forceinline__ acc_of<T> load_acc(T v) {
-  if constexpr (is_half_like<T>) return static_cast<float>(v);
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return v != 0;
-  else return static_cast<acc_of<T>>(v);
-}
-
 template <class A> struct State {
   A v;
   std::int64_t i;  // max/min: index of v in the reduced space, -1 while empty
 };
 
-template <int OP, class A> __device__ __forceinline__ State<A> identity() { return {A(0), -1}; }
+template <ReduceOp OP, class A> __device__ __forceinline__ State<A> identity() { return {A(0), -1}; }
 
 template <class A> __device__ __forceinline__ bool is_nan(A v) {
   if constexpr (std::is_floating_point_v<A>) return v != v;
@@ -177,10 +162,12 @@ template <class A> __device__ __forceinline__ bool is_nan(A v) {
 
 // Adds (v, i) into s. For max/min: the first NaN wins, then the extreme, then the smaller
 // index on ties: associative and commutative, so any combination order gives the same pair.
-template <int OP, class A> __device__ __forceinline__ void combine(State<A>& s, A v, std::int64_t i) {
-  if constexpr (OP == op_sum) {
+template <ReduceOp> inline constexpr bool no_combine_for = false;
+
+template <ReduceOp OP, class A> __device__ __forceinline__ void combine(State<A>& s, A v, std::int64_t i) {
+  if constexpr (OP == ReduceOp::sum) {
     s.v += v;
-  } else {
+  } else if constexpr (OP == ReduceOp::max || OP == ReduceOp::min) {
     if (i < 0) return;
     bool take;
     if (s.i < 0) {
@@ -188,21 +175,23 @@ template <int OP, class A> __device__ __forceinline__ void combine(State<A>& s, 
     } else {
       bool n1 = is_nan(s.v), n2 = is_nan(v);
       if (n1 || n2) take = n2 && (!n1 || i < s.i);
-      else if (OP == op_max ? v > s.v : v < s.v) take = true;
+      else if (OP == ReduceOp::max ? v > s.v : v < s.v) take = true;
       else take = v == s.v && i < s.i;
     }
     if (take) {
       s.v = v;
       s.i = i;
     }
+  } else {
+    static_assert(no_combine_for<OP>, "an op of BRRR_REDUCE_OPS has no combine step in ops/cuda/reduce.cu");
   }
 }
 
-template <int OP, class A> __device__ __forceinline__ State<A> warp_reduce(State<A> s) {
+template <ReduceOp OP, class A> __device__ __forceinline__ State<A> warp_reduce(State<A> s) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     A v = __shfl_down_sync(0xffffffffu, s.v, off);
-    if constexpr (OP == op_sum) {
+    if constexpr (OP == ReduceOp::sum) {
       s.v += v;
     } else {
       long long i = __shfl_down_sync(0xffffffffu, static_cast<long long>(s.i), off);
@@ -260,11 +249,11 @@ template <class O, class A> __device__ __forceinline__ void write_result(const P
 // ---- kernels ----
 
 // Row kernel: `p.group` threads per output (32: one warp; 256: the block).
-template <int OP, class T, class O>
+template <ReduceOp OP, class T, class O>
 __global__ void __launch_bounds__(block_threads) reduce_row(Plan p, const T* __restrict__ in, O* out,
-                                                            std::int64_t* idx, acc_of<T>* part_v,
+                                                            std::int64_t* idx, accumulate_t<T>* part_v,
                                                             std::int64_t* part_i) {
-  using A = acc_of<T>;
+  using A = accumulate_t<T>;
   __shared__ A warp_v[block_threads / 32];
   __shared__ std::int64_t warp_i[block_threads / 32];
   const int group = p.group;
@@ -288,7 +277,7 @@ __global__ void __launch_bounds__(block_threads) reduce_row(Plan p, const T* __r
         A a1 = load_acc(base[(r + group) * st]);
         A a2 = load_acc(base[(r + 2 * group) * st]);
         A a3 = load_acc(base[(r + 3 * group) * st]);
-        if constexpr (OP == op_sum) {
+        if constexpr (OP == ReduceOp::sum) {
           s.v += (a0 + a1) + (a2 + a3);
         } else {
           combine<OP>(s, a0, r);
@@ -321,11 +310,11 @@ __global__ void __launch_bounds__(block_threads) reduce_row(Plan p, const T* __r
 }
 
 // Column kernel: threadIdx.x over 32 consecutive outputs, threadIdx.y over the reduced space.
-template <int OP, class T, class O>
+template <ReduceOp OP, class T, class O>
 __global__ void __launch_bounds__(col_x * col_y) reduce_col(Plan p, const T* __restrict__ in, O* out,
-                                                            std::int64_t* idx, acc_of<T>* part_v,
+                                                            std::int64_t* idx, accumulate_t<T>* part_v,
                                                             std::int64_t* part_i) {
-  using A = acc_of<T>;
+  using A = accumulate_t<T>;
   __shared__ A tile_v[col_y][col_x + 1];
   __shared__ std::int64_t tile_i[col_y][col_x + 1];
   const std::int64_t chunk = blockIdx.y;
@@ -351,7 +340,7 @@ __global__ void __launch_bounds__(col_x * col_y) reduce_col(Plan p, const T* __r
     if (ty == 0 && o < p.n_out) {
       State<A> t = identity<OP, A>();
       for (int y = 0; y < col_y; ++y) {
-        if constexpr (OP == op_sum) t.v += tile_v[y][tx];
+        if constexpr (OP == ReduceOp::sum) t.v += tile_v[y][tx];
         else combine<OP>(t, tile_v[y][tx], tile_i[y][tx]);
       }
       write_result(p, out, idx, part_v, part_i, o, chunk, t);
@@ -361,14 +350,14 @@ __global__ void __launch_bounds__(col_x * col_y) reduce_col(Plan p, const T* __r
 }
 
 // Combines the chunks' partial results, in chunk order.
-template <int OP, class O, class A>
+template <ReduceOp OP, class O, class A>
 __global__ void reduce_finalize(Plan p, O* out, std::int64_t* idx, const A* part_v, const std::int64_t* part_i) {
   for (std::int64_t o = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; o < p.n_out;
        o += std::int64_t(blockDim.x) * gridDim.x) {
     State<A> s = identity<OP, A>();
     for (std::int64_t c = 0; c < p.chunks; ++c) {
       std::int64_t k = c * p.n_out + o;
-      if constexpr (OP == op_sum) s.v += part_v[k];
+      if constexpr (OP == ReduceOp::sum) s.v += part_v[k];
       else combine<OP>(s, part_v[k], part_i[k]);
     }
     Offsets off = output_offsets(p, o);
@@ -377,10 +366,10 @@ __global__ void reduce_finalize(Plan p, O* out, std::int64_t* idx, const A* part
   }
 }
 
-template <int OP, class T, class O>
-cudaError_t launch(const Plan& p, const Strided& out, const Strided& in, const Strided* indices, void* workspace,
+template <ReduceOp OP, class T, class O>
+cudaError_t launch(const Plan& p, const Operand& out, const Operand& in, const Operand* indices, void* workspace,
                    cudaStream_t stream) {
-  using A = acc_of<T>;
+  using A = accumulate_t<T>;
   const T* x = static_cast<const T*>(in.data);
   O* y = static_cast<O*>(out.data);
   std::int64_t* ix = indices ? static_cast<std::int64_t*>(indices->data) : nullptr;
@@ -389,7 +378,7 @@ cudaError_t launch(const Plan& p, const Strided& out, const Strided& in, const S
   if (p.chunks > 1) {
     std::size_t n = static_cast<std::size_t>(p.chunks * p.n_out);
     part_v = static_cast<A*>(workspace);
-    if (OP != op_sum) part_i = reinterpret_cast<std::int64_t*>(static_cast<char*>(workspace) + align_up(n * sizeof(A)));
+    if (OP != ReduceOp::sum) part_i = reinterpret_cast<std::int64_t*>(static_cast<char*>(workspace) + align_up(n * sizeof(A)));
   }
   const std::int64_t grid_cap = 65535LL * 32;
   if (p.column) {
@@ -411,7 +400,7 @@ cudaError_t launch(const Plan& p, const Strided& out, const Strided& in, const S
   return cudaGetLastError();
 }
 
-template <class T> cudaError_t cub_sum(const Plan& p, const Strided& out, const Strided& in, void* workspace,
+template <class T> cudaError_t cub_sum(const Plan& p, const Operand& out, const Operand& in, void* workspace,
                                        std::size_t bytes, cudaStream_t stream) {
   const T* x = static_cast<const T*>(in.data);
   T* y = static_cast<T*>(out.data);
@@ -423,48 +412,45 @@ template <class T> cudaError_t cub_sum(const Plan& p, const Strided& out, const 
 // Whether `out`'s dtype is the one this (op, input dtype) writes: sum -> the input's for
 // floats (or f32 for bf16/f16: the accumulator, used by mean), i64 for integers and bool;
 // max/min -> the input's.
-bool valid_out(int op, ScalarType in, ScalarType out) {
-  if (op != op_sum) return out == in;
+bool valid_out(ReduceOp op, DType in, DType out) {
+  if (op != ReduceOp::sum) return out == in;
   switch (in) {
-    case ScalarType::f32: case ScalarType::f64: return out == in;
-    case ScalarType::bf16: case ScalarType::f16: return out == in || out == ScalarType::f32;
-    case ScalarType::i32: case ScalarType::i64: case ScalarType::boolean: return out == ScalarType::i64;
+    case DType::f32: case DType::f64: return out == in;
+    case DType::bf16: case DType::f16: return out == in || out == DType::f32;
+    case DType::i32: case DType::i64: case DType::boolean: return out == DType::i64;
   }
   return false;
 }
 
 }  // namespace
 
-std::size_t reduce_workspace_bytes(int op, const Strided& out, const Strided& in, std::uint32_t dims_mask,
-                                   const Strided* indices, int device) {
+std::size_t reduce_workspace_bytes(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
+                                   const Operand* indices, int device) {
   if (out.numel == 0 || !valid_out(op, in.dtype, out.dtype)) return 0;
   Plan p = make_plan(op, out, in, dims_mask, indices, device);
   std::size_t bytes = 0;
-  dispatch(in.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  dispatch(in.dtype, [&]<class T>(T*) {
     if (p.use_cub) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) bytes = cub_bytes<T>(p.n_red);
     } else {
-      bytes = partial_bytes<acc_of<T>>(p, op != op_sum);
+      bytes = partial_bytes<accumulate_t<T>>(p, op != ReduceOp::sum);
     }
   });
   return bytes;
 }
 
-int reduce(int op, const Strided& out, const Strided& in, std::uint32_t dims_mask, const Strided* indices,
+int reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask, const Operand* indices,
            void* workspace, std::size_t workspace_bytes, int device, void* stream) {
   if (out.numel == 0) return static_cast<int>(cudaSuccess);
-  if (op != op_sum && op != op_max && op != op_min) return static_cast<int>(cudaErrorInvalidValue);
   if (!valid_out(op, in.dtype, out.dtype)) return static_cast<int>(cudaErrorInvalidValue);
-  if (indices && (op == op_sum || indices->dtype != ScalarType::i64)) return static_cast<int>(cudaErrorInvalidValue);
+  if (indices && (op == ReduceOp::sum || indices->dtype != DType::i64)) return static_cast<int>(cudaErrorInvalidValue);
   auto st = static_cast<cudaStream_t>(stream);
   Plan p = make_plan(op, out, in, dims_mask, indices, device);
-  if (op != op_sum && p.n_red == 0) return static_cast<int>(cudaErrorInvalidValue);
+  if (op != ReduceOp::sum && p.n_red == 0) return static_cast<int>(cudaErrorInvalidValue);
   if (indices && p.nr > 1) return static_cast<int>(cudaErrorInvalidValue);
   cudaError_t status = cudaSuccess;
-  dispatch(in.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    using A = acc_of<T>;
+  dispatch(in.dtype, [&]<class T>(T*) {
+    using A = accumulate_t<T>;
     if (p.use_cub) {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         std::size_t need = cub_bytes<T>(p.n_red);
@@ -474,21 +460,18 @@ int reduce(int op, const Strided& out, const Strided& in, std::uint32_t dims_mas
       }
       return;
     }
-    if (workspace_bytes < partial_bytes<A>(p, op != op_sum) || (p.chunks > 1 && !workspace)) {
+    if (workspace_bytes < partial_bytes<A>(p, op != ReduceOp::sum) || (p.chunks > 1 && !workspace)) {
       status = cudaErrorInvalidValue;
       return;
     }
-    if (op == op_sum) {
-      if constexpr (std::is_same_v<A, std::int64_t>) status = launch<op_sum, T, std::int64_t>(p, out, in, nullptr, workspace, st);
-      else if constexpr (is_half_like<T>) {
-        if (out.dtype == ScalarType::f32) status = launch<op_sum, T, float>(p, out, in, nullptr, workspace, st);
-        else status = launch<op_sum, T, T>(p, out, in, nullptr, workspace, st);
-      } else status = launch<op_sum, T, T>(p, out, in, nullptr, workspace, st);
-    } else if (op == op_max) {
-      status = launch<op_max, T, T>(p, out, in, indices, workspace, st);
-    } else {
-      status = launch<op_min, T, T>(p, out, in, indices, workspace, st);
-    }
+    with_op(op, [&]<ReduceOp OP>() {
+      if constexpr (OP != ReduceOp::sum) status = launch<OP, T, T>(p, out, in, indices, workspace, st);
+      else if constexpr (std::is_same_v<A, std::int64_t>) status = launch<OP, T, std::int64_t>(p, out, in, nullptr, workspace, st);
+      else if constexpr (is_float16<T>) {
+        if (out.dtype == DType::f32) status = launch<OP, T, float>(p, out, in, nullptr, workspace, st);
+        else status = launch<OP, T, T>(p, out, in, nullptr, workspace, st);
+      } else status = launch<OP, T, T>(p, out, in, nullptr, workspace, st);
+    });
   });
   return static_cast<int>(status);
 }

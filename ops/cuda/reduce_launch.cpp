@@ -13,23 +13,16 @@ import brrr.tensor;
 
 namespace brrr::backend {
 
-kernels::Strided strided(const Operand& o);  // ops/cuda/backend_cuda.cpp
-void check_reduce_operands(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
-                           const Operand* indices);  // ops/cpu/reduce.cpp
-
 void CudaBackend::reduce(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask,
                          const Operand* indices) {
   check_reduce_operands(op, out, in, dims_mask, indices);
   if (out.numel == 0) return;
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
-  kernels::Strided so = strided(out), si = strided(in), sx{};
-  if (indices) sx = strided(*indices);
-  const kernels::Strided* px = indices ? &sx : nullptr;
-  std::size_t bytes = kernels::reduce_workspace_bytes(static_cast<int>(op), so, si, dims_mask, px, out.device);
+  std::size_t bytes = kernels::reduce_workspace_bytes(op, out, in, dims_mask, indices, out.device);
   Storage workspace;
   if (bytes > 0) workspace = allocate_device(bytes, out.device, stream);
-  BRRR_CUDA_CHECK(kernels::reduce(static_cast<int>(op), so, si, dims_mask, px,
+  BRRR_CUDA_CHECK(kernels::reduce(op, out, in, dims_mask, indices,
                                   workspace.defined() ? workspace.data() : nullptr, bytes, out.device,
                                   stream->handle));
 }

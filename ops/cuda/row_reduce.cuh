@@ -9,15 +9,10 @@
 namespace brrr::kernels {
 namespace {
 
-// Accumulation type: double for f64, float for f32/bf16/f16.
-template <class T> struct RowAcc { using type = float; };
-template <> struct RowAcc<double> { using type = double; };
-template <class T> using racc_t = typename RowAcc<T>::type;
+// Accumulation type of the (floating) row kernels: double for f64, float for f32/bf16/f16.
+template <class T> using racc_t = accumulate_t<T>;
 
-template <class A, class T> __device__ __forceinline__ A to_acc(T v) {
-  if constexpr (is_half_like<T>) return static_cast<A>(static_cast<float>(v));
-  else return static_cast<A>(v);
-}
+template <class A, class T> __device__ __forceinline__ A to_acc(T v) { return static_cast<A>(load(v)); }
 
 __device__ __forceinline__ float exp_(float x) { return expf(x); }
 __device__ __forceinline__ double exp_(double x) { return exp(x); }

@@ -485,43 +485,43 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
 
 }  // namespace
 
-int softmax_rows(void* out, const void* in, ScalarType dtype, std::int64_t rows, std::int64_t cols, bool log,
+int softmax_rows(void* out, const void* in, DType dtype, std::int64_t rows, std::int64_t cols, bool log,
                  void* stream) {
   if (rows <= 0 || cols <= 0) return static_cast<int>(cudaSuccess);
   auto st = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case ScalarType::f32: return softmax_typed(static_cast<float*>(out), static_cast<const float*>(in), rows, cols, log, st);
-    case ScalarType::f64: return softmax_typed(static_cast<double*>(out), static_cast<const double*>(in), rows, cols, log, st);
-    case ScalarType::bf16:
+    case DType::f32: return softmax_typed(static_cast<float*>(out), static_cast<const float*>(in), rows, cols, log, st);
+    case DType::f64: return softmax_typed(static_cast<double*>(out), static_cast<const double*>(in), rows, cols, log, st);
+    case DType::bf16:
       return softmax_typed(static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(in), rows, cols, log, st);
-    case ScalarType::f16: return softmax_typed(static_cast<__half*>(out), static_cast<const __half*>(in), rows, cols, log, st);
-    case ScalarType::i32: case ScalarType::i64: case ScalarType::boolean: break;
+    case DType::f16: return softmax_typed(static_cast<__half*>(out), static_cast<const __half*>(in), rows, cols, log, st);
+    case DType::i32: case DType::i64: case DType::boolean: break;
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
 int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
-                    ScalarType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream) {
+                    DType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream) {
   if (rows <= 0 || cols <= 0) return static_cast<int>(cudaSuccess);
   auto st = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case ScalarType::f32:
+    case DType::f32:
       return layer_norm_typed(static_cast<float*>(out), static_cast<float*>(mean), static_cast<float*>(rstd),
                               static_cast<const float*>(in), static_cast<const float*>(weight),
                               static_cast<const float*>(bias), rows, cols, eps, st);
-    case ScalarType::f64:
+    case DType::f64:
       return layer_norm_typed(static_cast<double*>(out), static_cast<double*>(mean), static_cast<double*>(rstd),
                               static_cast<const double*>(in), static_cast<const double*>(weight),
                               static_cast<const double*>(bias), rows, cols, eps, st);
-    case ScalarType::bf16:
+    case DType::bf16:
       return layer_norm_typed(static_cast<__nv_bfloat16*>(out), static_cast<float*>(mean), static_cast<float*>(rstd),
                               static_cast<const __nv_bfloat16*>(in), static_cast<const __nv_bfloat16*>(weight),
                               static_cast<const __nv_bfloat16*>(bias), rows, cols, eps, st);
-    case ScalarType::f16:
+    case DType::f16:
       return layer_norm_typed(static_cast<__half*>(out), static_cast<float*>(mean), static_cast<float*>(rstd),
                               static_cast<const __half*>(in), static_cast<const __half*>(weight),
                               static_cast<const __half*>(bias), rows, cols, eps, st);
-    case ScalarType::i32: case ScalarType::i64: case ScalarType::boolean: break;
+    case DType::i32: case DType::i64: case DType::boolean: break;
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

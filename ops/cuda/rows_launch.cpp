@@ -30,7 +30,7 @@ void CudaBackend::softmax(const Operand& out, const Operand& in, bool log) {
   RowsCols rc = rows_cols(in);
   if (rc.rows == 0) return;
   DeviceGuard g(out.device);
-  BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, static_cast<kernels::ScalarType>(in.dtype), rc.rows, rc.cols,
+  BRRR_CUDA_CHECK(kernels::softmax_rows(out.data, in.data, in.dtype, rc.rows, rc.cols,
                                         log, current_stream(out.device)->handle));
 }
 
@@ -40,7 +40,7 @@ void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Oper
   if (rc.rows == 0) return;
   DeviceGuard g(out.device);
   BRRR_CUDA_CHECK(kernels::layer_norm_rows(out.data, mean.data, rstd.data, in.data, weight ? weight->data : nullptr,
-                                           bias ? bias->data : nullptr, static_cast<kernels::ScalarType>(in.dtype),
+                                           bias ? bias->data : nullptr, in.dtype,
                                            rc.rows, rc.cols, eps, current_stream(out.device)->handle));
 }
 

@@ -1,0 +1,369 @@
+// backend/contract.hpp — the one vocabulary of the backend contract, for both compilers.
+// clang includes it in the global module fragment of brrr.tensor (which exports DType) and
+// brrr.backend (which exports the rest); nvcc includes it in every .cu file. So a kernel sees
+// exactly the types the op layer builds: one dtype enum, one strided operand, one window and
+// optimizer struct, one set of conversion rules, and ONE list per op kind (an X-macro), from
+// which the enums, their names and the exhaustive dispatch are generated. Standard headers
+// only (it is installed with the interface units); nothing here allocates or throws.
+//
+// Adding an op to a list: the kernels of both backends are instantiated for every entry by
+// with_op(), and ops/elementwise_math.hpp static_asserts that each entry has its math, so an
+// entry without a kernel does not compile on either backend.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+// Functions compiled for the host and, under nvcc, for the device too.
+#ifdef __CUDACC__
+#define BRRR_HD __host__ __device__ __forceinline__
+#else
+#define BRRR_HD inline
+#endif
+
+namespace brrr {
+
+// ---------------------------------------------------------------------------------------
+// Element types (exported by brrr.tensor)
+// ---------------------------------------------------------------------------------------
+
+/// Element types. A closed set: every switch over it is exhaustive (-Werror=switch).
+/// `boolean` is PyTorch's torch.bool (one byte, 0 or 1).
+enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, boolean };
+
+/// Bytes per element: f32 4, f64 8, bf16 2, f16 2, i32 4, i64 8, boolean 1.
+BRRR_HD constexpr std::size_t itemsize(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::boolean: return 1;
+  }
+  return 0;
+}
+
+/// f32, f64, bf16, f16.
+BRRR_HD constexpr bool is_floating_point(DType dtype) {
+  switch (dtype) {
+    case DType::f32: case DType::f64: case DType::bf16: case DType::f16: return true;
+    case DType::i32: case DType::i64: case DType::boolean: return false;
+  }
+  return false;
+}
+
+}  // namespace brrr
+
+namespace brrr::backend {
+
+// ---------------------------------------------------------------------------------------
+// Operands and argument structs: what every kernel receives, by value
+// ---------------------------------------------------------------------------------------
+
+/// Most dims an operand may have: shapes and strides travel by value in fixed arrays.
+inline constexpr int max_dims = 8;
+
+/// A strided view as kernels see it (CUDA kernels take it by value: no device-side metadata
+/// upload). `data` already includes the layout offset; sizes and strides are in elements.
+struct Operand {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int device = -1;  ///< CUDA device index, -1 on the CPU
+  int ndim = 0;
+  std::int64_t numel = 0;
+  std::int64_t sizes[max_dims] = {};
+  std::int64_t strides[max_dims] = {};
+};
+
+/// Geometry of a 2-D convolution/pooling window sweep over an [N, C, H, W] input.
+struct Window2d {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;  ///< input
+  std::int64_t kh = 1, kw = 1;              ///< kernel
+  std::int64_t sh = 1, sw = 1;              ///< stride
+  std::int64_t ph = 0, pw = 0;              ///< padding (top/left; bottom/right as needed)
+  std::int64_t dh = 1, dw = 1;              ///< dilation
+  std::int64_t out_h = 0, out_w = 0;        ///< output positions
+};
+
+/// Which update an optimizer_step applies (formulas in optim/, with their sources).
+enum class OptimizerKind : std::uint8_t { sgd, adam, adamw };
+
+/// One fused optimizer update over many same-dtype, contiguous tensors of one device.
+/// Pointers per tensor: param, grad, and up to three state buffers (SGD: momentum;
+/// Adam/AdamW: exp_avg, exp_avg_sq, max_exp_avg_sq when amsgrad). Unused entries are nullptr.
+struct OptimizerStep {
+  OptimizerKind kind = OptimizerKind::sgd;
+  DType dtype = DType::f32;
+  int device = -1;
+  std::vector<void*> params, grads, state1, state2, state3;
+  std::vector<std::int64_t> numels;
+  double lr = 0, weight_decay = 0;
+  double momentum = 0, dampening = 0;                 ///< SGD
+  bool nesterov = false, first_step = false;          ///< SGD: first_step initialises momentum = grad
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;      ///< Adam/AdamW
+  double bias_correction1 = 1, bias_correction2 = 1;  ///< 1 - beta^t
+  bool amsgrad = false, maximize = false;
+};
+
+/// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],
+/// B [batch, k, n], C [batch, m, n] contiguous. In A and B one of the row/col strides is 1
+/// (the op layer copies otherwise); batch strides may be 0 (broadcast). All in elements.
+struct GemmArgs {
+  DType dtype = DType::f32;
+  int device = -1;
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  std::int64_t a_batch_stride = 0, a_row_stride = 0, a_col_stride = 0;
+  const void* b = nullptr;
+  std::int64_t b_batch_stride = 0, b_row_stride = 0, b_col_stride = 0;
+  void* c = nullptr;
+  double alpha = 1, beta = 0;
+  bool allow_tf32 = false;
+};
+
+/// What a random fill draws.
+enum class Distribution : std::uint8_t { uniform, normal, integer };
+
+// ---------------------------------------------------------------------------------------
+// The op lists. One entry per op; the enum, its names and with_op() come from the list.
+// ---------------------------------------------------------------------------------------
+
+/// Elementwise functions of one operand: X(op, name, integers). `name` is the public op's
+/// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused)
+/// or promote (integer and bool inputs compute in f32, as PyTorch's floating functions). The
+/// kernels exist for floating dtypes, and for integers when `keep`. clamp takes its bounds as
+/// lo/hi (-inf/+inf when absent; NaN stays NaN).
+#define BRRR_UNARY_OPS(X)             \
+  X(neg, "neg", keep)                 \
+  X(abs, "abs", keep)                 \
+  X(exp, "exp", promote)              \
+  X(log, "log", promote)              \
+  X(log1p, "log1p", promote)          \
+  X(sqrt, "sqrt", promote)            \
+  X(rsqrt, "rsqrt", promote)          \
+  X(tanh, "tanh", promote)            \
+  X(sigmoid, "sigmoid", promote)      \
+  X(relu, "relu", keep)               \
+  X(gelu_tanh, "gelu", promote)       \
+  X(gelu_erf, "gelu", promote)        \
+  X(silu, "silu", promote)            \
+  X(sin, "sin", promote)              \
+  X(cos, "cos", promote)              \
+  X(erf, "erf", promote)              \
+  X(sign, "sign", keep)               \
+  X(clamp, "clamp", keep)
+
+/// Elementwise functions of two operands of one dtype: X(op, name, kind). Kinds:
+/// arithmetic (the result has the operands' dtype), comparison (writes bool), rounding (the
+/// rounding divisions: on integers a zero divisor is reported, Error(value) on the CPU, the
+/// deferred device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad.
+#define BRRR_BINARY_OPS(X)                                        \
+  X(add, "add", arithmetic)                                       \
+  X(sub, "sub", arithmetic)                                       \
+  X(mul, "mul", arithmetic)                                       \
+  X(div, "div", arithmetic)                                       \
+  X(pow, "pow", arithmetic)                                       \
+  X(maximum, "maximum", arithmetic)                               \
+  X(minimum, "minimum", arithmetic)                               \
+  X(eq, "eq", comparison)                                         \
+  X(ne, "ne", comparison)                                         \
+  X(lt, "lt", comparison)                                         \
+  X(le, "le", comparison)                                         \
+  X(gt, "gt", comparison)                                         \
+  X(ge, "ge", comparison)                                         \
+  X(floor_divide, "floor_divide", rounding)                       \
+  X(trunc_divide, "div (rounding_mode trunc)", rounding)          \
+  X(remainder, "remainder", rounding)                             \
+  X(fmod, "fmod", rounding)                                       \
+  X(relu_backward, "relu_backward", arithmetic)
+
+/// Reductions over a dims mask: X(op, name). max/min optionally write the index along a
+/// single reduced dim.
+#define BRRR_REDUCE_OPS(X) \
+  X(sum, "sum")            \
+  X(max, "max")            \
+  X(min, "min")
+
+#define BRRR_ENUMERATOR(op, ...) op,
+enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
+enum class BinaryOp : std::uint8_t { BRRR_BINARY_OPS(BRRR_ENUMERATOR) };
+enum class ReduceOp : std::uint8_t { BRRR_REDUCE_OPS(BRRR_ENUMERATOR) };
+#undef BRRR_ENUMERATOR
+
+/// How a unary op treats integer inputs (the third column of BRRR_UNARY_OPS).
+enum class Integers : std::uint8_t { keep, promote };
+/// What a binary op computes (the third column of BRRR_BINARY_OPS).
+enum class BinaryKind : std::uint8_t { arithmetic, comparison, rounding };
+
+#define BRRR_NAME_CASE(E, op, name, ...) \
+  case E::op: return name;
+#define BRRR_COLUMN_CASE(E, V, op, name, value) \
+  case E::op: return V::value;
+
+BRRR_HD constexpr const char* name_of(UnaryOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name, integers) BRRR_NAME_CASE(UnaryOp, op, name)
+    BRRR_UNARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
+BRRR_HD constexpr Integers integers_of(UnaryOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name, integers) BRRR_COLUMN_CASE(UnaryOp, Integers, op, name, integers)
+    BRRR_UNARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return Integers::promote;
+}
+BRRR_HD constexpr bool keeps_integers(UnaryOp op) { return integers_of(op) == Integers::keep; }
+BRRR_HD constexpr const char* name_of(BinaryOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name, kind) BRRR_NAME_CASE(BinaryOp, op, name)
+    BRRR_BINARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
+BRRR_HD constexpr BinaryKind kind_of(BinaryOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name, kind) BRRR_COLUMN_CASE(BinaryOp, BinaryKind, op, name, kind)
+    BRRR_BINARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return BinaryKind::arithmetic;
+}
+BRRR_HD constexpr bool is_comparison(BinaryOp op) { return kind_of(op) == BinaryKind::comparison; }
+BRRR_HD constexpr bool is_rounding_division(BinaryOp op) { return kind_of(op) == BinaryKind::rounding; }
+BRRR_HD constexpr const char* name_of(ReduceOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name) BRRR_NAME_CASE(ReduceOp, op, name)
+    BRRR_REDUCE_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
+#undef BRRR_NAME_CASE
+#undef BRRR_COLUMN_CASE
+
+/// Turns a runtime op into a compile-time one: calls f.template operator()<OP>() for the op.
+/// Every entry of the op's list is instantiated, so a kernel written as `f` exists for all
+/// of them (or the build fails).
+template <class F> void with_op(UnaryOp op, F&& f) {
+  switch (op) {
+#define BRRR_CASE(op, ...) \
+  case UnaryOp::op: return f.template operator()<UnaryOp::op>();
+    BRRR_UNARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+}
+template <class F> void with_op(BinaryOp op, F&& f) {
+  switch (op) {
+#define BRRR_CASE(op, ...) \
+  case BinaryOp::op: return f.template operator()<BinaryOp::op>();
+    BRRR_BINARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+}
+template <class F> void with_op(ReduceOp op, F&& f) {
+  switch (op) {
+#define BRRR_CASE(op, ...) \
+  case ReduceOp::op: return f.template operator()<ReduceOp::op>();
+    BRRR_REDUCE_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Element types in kernels, and the conversion rules both backends apply
+// ---------------------------------------------------------------------------------------
+
+/// The 16-bit floating types, whichever the compiler's: brrr::half and brrr::bfloat16 in
+/// the CPU backend, __half and __nv_bfloat16 in .cu files (both are 2-byte classes with an
+/// explicit conversion from float, rounding to nearest even, and back to float).
+template <class T> inline constexpr bool is_float16 = std::is_class_v<T> && sizeof(T) == 2;
+/// bool tensors hold one byte, 0 or 1: kernels see them as std::uint8_t.
+template <class T> inline constexpr bool is_bool_storage = std::is_same_v<T, std::uint8_t>;
+/// Floating element types: float, double and the two 16-bit ones.
+template <class T> inline constexpr bool is_floating = std::is_floating_point_v<T> || is_float16<T>;
+
+/// Calls f(static_cast<T*>(nullptr)) with the element type of `dtype`: float, double,
+/// BFloat16, Float16, int32_t, int64_t, uint8_t (bool). Each backend names its 16-bit types.
+template <class Float16, class BFloat16, class F> void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(static_cast<float*>(nullptr));
+    case DType::f64: return f(static_cast<double*>(nullptr));
+    case DType::bf16: return f(static_cast<BFloat16*>(nullptr));
+    case DType::f16: return f(static_cast<Float16*>(nullptr));
+    case DType::i32: return f(static_cast<std::int32_t*>(nullptr));
+    case DType::i64: return f(static_cast<std::int64_t*>(nullptr));
+    case DType::boolean: return f(static_cast<std::uint8_t*>(nullptr));
+  }
+}
+
+namespace detail {
+template <class T> struct Compute { using type = T; };  // integers compute in themselves
+template <> struct Compute<double> { using type = double; };
+template <> struct Compute<std::uint8_t> { using type = std::int64_t; };
+template <class T> struct Accumulate { using type = std::int64_t; };  // integers and bool
+template <> struct Accumulate<double> { using type = double; };
+template <> struct Accumulate<float> { using type = float; };
+}  // namespace detail
+
+/// The arithmetic type of elementwise math: float for f32/f16/bf16, double for f64, the
+/// integer itself for integers, int64 for bool.
+template <class T> using compute_t =
+    typename std::conditional_t<is_float16<T>, std::type_identity<float>, detail::Compute<T>>::type;
+/// The accumulator of sums and extremes: float for f32/f16/bf16, double for f64, int64 for
+/// integers and bool.
+template <class T> using accumulate_t =
+    typename std::conditional_t<is_float16<T>, std::type_identity<float>, detail::Accumulate<T>>::type;
+
+/// An element in its arithmetic type (bool reads as 0/1).
+template <class T> BRRR_HD compute_t<T> load(T v) {
+  if constexpr (is_float16<T>) return static_cast<float>(v);
+  else if constexpr (is_bool_storage<T>) return v != 0;
+  else return v;
+}
+
+/// An element in its accumulator type.
+template <class T> BRRR_HD accumulate_t<T> load_acc(T v) { return static_cast<accumulate_t<T>>(load(v)); }
+
+/// An element in the widest type of its kind: double for floats, int64 for integers and
+/// bool (exact for every value).
+template <class T> BRRR_HD auto widen(T v) {
+  if constexpr (is_float16<T>) return static_cast<double>(static_cast<float>(v));
+  else if constexpr (is_bool_storage<T>) return static_cast<std::int64_t>(v != 0);
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<double>(v);
+  else return static_cast<std::int64_t>(v);
+}
+template <class T> using wide_t = decltype(widen(T{}));
+
+/// float -> integer: truncate toward zero, NaN -> 0, saturate at the type's range (defined
+/// where C++ leaves it undefined; CUDA's cvt.rzi.sat does the same).
+template <class I, class F> BRRR_HD I float_to_int(F v) {
+  if (v != v) return I(0);
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
+  if (static_cast<double>(v) <= lo) return std::numeric_limits<I>::min();
+  if (static_cast<double>(v) >= hi) return std::numeric_limits<I>::max();
+  return static_cast<I>(v);
+}
+
+/// Any arithmetic value -> element type T: to bool as v != 0; to bf16/f16 through float,
+/// rounding to nearest even (double -> float -> 16-bit rounds twice; for values from
+/// f32/f16/bf16/int sources the first step is exact, and from f64 the double rounding matches
+/// PyTorch's CPU path); floats to integers by float_to_int; integers by static_cast.
+template <class T, class W> BRRR_HD T narrow_to(W v) {
+  if constexpr (is_bool_storage<T>) return static_cast<std::uint8_t>(v != 0);
+  else if constexpr (is_float16<T>) return T(static_cast<float>(v));
+  else if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else if constexpr (std::is_floating_point_v<W>) return float_to_int<T>(v);
+  else return static_cast<T>(v);
+}
+
+}  // namespace brrr::backend
