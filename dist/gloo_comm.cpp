@@ -18,6 +18,8 @@ module;
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
+#include "backend/contract.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -92,20 +94,10 @@ std::shared_ptr<gloo::transport::Device> device() {
 
 // --- element functions -------------------------------------------------------------------
 
-// Calls f(static_cast<S*>(nullptr)) with S the storage type of `dtype` (bool: uint8_t).
-template <class F> void with_storage(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32: return f(static_cast<float*>(nullptr));
-    case DType::f64: return f(static_cast<double*>(nullptr));
-    case DType::bf16: return f(static_cast<bfloat16*>(nullptr));
-    case DType::f16: return f(static_cast<half*>(nullptr));
-    case DType::i32: return f(static_cast<std::int32_t*>(nullptr));
-    case DType::i64: return f(static_cast<std::int64_t*>(nullptr));
-    case DType::boolean: return f(static_cast<std::uint8_t*>(nullptr));
-  }
-}
+// S: the element type of the tensor's dtype (contract.hpp's; bool is uint8_t).
+template <class F> void with_storage(DType dtype, F&& f) { backend::with_element_type<half, bfloat16>(dtype, f); }
 
-template <class S> constexpr bool is_16bit_float = std::is_same_v<S, bfloat16> || std::is_same_v<S, half>;
+template <class S> constexpr bool is_16bit_float = backend::is_float16<S>;
 
 // The value type elements are combined in: float for the 16-bit floats, else S itself.
 template <class S> using math_t = std::conditional_t<is_16bit_float<S>, float, S>;

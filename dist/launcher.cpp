@@ -16,14 +16,11 @@
 // would. When the port is left to brrr-run (--master-port 0, the default on one node) the
 // launcher binds a free port itself and hands the listening socket to rank 0
 // (BRRR_STORE_LISTEN_FD), so no other program can take the port in between.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +32,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dist/listen_socket.hpp"
 
 namespace {
 
@@ -147,38 +146,13 @@ Config parse_args(int argc, char** argv) {
   return c;
 }
 
-// A listening TCP socket on `port` (0: any free one) of every interface, as the store wants
-// it; returns the fd and sets `port` to the bound one.
+// The store's listening socket on `port` (0: any free one); sets `port` to the bound one.
 int bind_store_socket(int& port) {
-  int fd = socket(AF_INET6, SOCK_STREAM, 0);
-  bool v6 = fd >= 0;
-  if (!v6) fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) fail(std::string("socket: ") + std::strerror(errno));
-  int one = 1, zero = 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_storage ss{};
-  socklen_t len;
-  if (v6) {
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 clients too
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_any;
-    a->sin6_port = htons(static_cast<std::uint16_t>(port));
-    len = sizeof *a;
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_ANY);
-    a->sin_port = htons(static_cast<std::uint16_t>(port));
-    len = sizeof *a;
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0)
-    fail("cannot bind the store's port " + std::to_string(port) + ": " + std::strerror(errno) +
+  int asked = port;
+  int fd = brrr::dist::listen_on_any(port);
+  if (fd < 0)
+    fail("cannot bind the store's port " + std::to_string(asked) + ": " + std::strerror(errno) +
          (errno == EADDRINUSE ? " (another program or an earlier run holds it; choose another --master-port)" : ""));
-  if (listen(fd, 1024) != 0) fail(std::string("listen: ") + std::strerror(errno));
-  len = sizeof ss;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return fd;
 }
 

@@ -30,6 +30,7 @@ module;
 #include <unordered_map>
 #include <vector>
 
+#include "dist/listen_socket.hpp"
 #include "dist/store_protocol.hpp"
 module brrr.dist;
 import brrr.tensor;
@@ -66,37 +67,12 @@ int local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
-// A listening socket on `port` of every interface (IPv6 dual stack, else IPv4).
 int listen_on(int port) {
-  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool v6 = fd >= 0;
-  if (!v6) fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) store_error("socket: " + errno_text());
-  int one = 1, zero = 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  if (v6) {
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_any;
-    a->sin6_port = htons(static_cast<std::uint16_t>(port));
-    len = sizeof *a;
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_ANY);
-    a->sin_port = htons(static_cast<std::uint16_t>(port));
-    len = sizeof *a;
-  }
-  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, 1024) != 0) {
-    std::string why = errno_text();
-    bool in_use = errno == EADDRINUSE;
-    close(fd);
-    store_error("cannot serve on port " + std::to_string(port) + ": " + why +
-                (in_use ? " (another program holds it: choose another MASTER_PORT)" : ""));
-  }
+  int asked = port;
+  int fd = listen_on_any(port);
+  if (fd < 0)
+    store_error("cannot serve on port " + std::to_string(asked) + ": " + errno_text() +
+                (errno == EADDRINUSE ? " (another program holds it: choose another MASTER_PORT)" : ""));
   return fd;
 }
 
