@@ -74,8 +74,11 @@ struct World {
   bool debug = false;
 };
 
+// Never destroyed: at exit the store's server, Gloo's workers and NCCL's watchdogs simply end
+// with the process (joining them from a static destructor could wait on a dead peer, and the
+// CUDA runtime may already be gone). destroy_process_group() is the orderly way out.
 World& world() {
-  static World w;
+  static World& w = *new World;
   return w;
 }
 
@@ -525,7 +528,6 @@ Work issue(detail::GroupState& g, detail::Call c) {
     if (world().debug) debug_check(g, c);
   }
   Device device = c.outputs.empty() ? (c.inputs.empty() ? Device::cpu() : c.inputs[0].device()) : c.outputs[0].device();
-  for (const auto& t : c.outputs) t.storage().bump_version();
   detail::Comm* comm = nullptr;
   if (device.is_cpu()) {
     require(g.backend != Backend::nccl, ErrorKind::device,
@@ -539,6 +541,7 @@ Work issue(detail::GroupState& g, detail::Call c) {
     if (!g.nccl) g.nccl = detail::make_nccl(g, device.index());
     comm = g.nccl.get();
   }
+  for (const auto& t : c.outputs) t.storage().bump_version();  // written in place
   return Work(comm->run(std::move(c)));
 }
 

@@ -285,8 +285,10 @@ public:
   /// The dotted names of each bucket's parameters (bucket 0 first).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
 
-  /// While alive, backward passes accumulate gradients locally without communicating
-  /// (gradient accumulation); the first backward after it averages the sum. RAII.
+  /// While alive, forward and backward passes accumulate gradients locally without
+  /// communicating (gradient accumulation); the first synced backward after it averages the
+  /// sum. Only a backward through a forward of this wrapper made outside no_sync communicates.
+  /// RAII.
   class NoSyncGuard {
   public:
     explicit NoSyncGuard(std::shared_ptr<bool> flag) : flag_(std::move(flag)), previous_(*flag_) { *flag_ = true; }

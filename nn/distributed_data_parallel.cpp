@@ -61,6 +61,9 @@ public:
       NoGradGuard no_grad;
       for (auto& [name, b] : module_.named_buffers()) dist::broadcast(b, 0, {.group = group_});
     }
+    // Only a backward through a forward of this wrapper communicates (as in PyTorch): the
+    // module used on its own, or under no_sync, accumulates locally.
+    expect_backward_ = autograd::is_grad_enabled() && !*no_sync_;
     return module_(input);
   }
   std::string name() const override { return "DistributedDataParallel"; }
@@ -76,6 +79,7 @@ public:
   std::vector<bool> ready_;
   std::size_t next_bucket_ = 0;  // buckets launch in index order, the same on every rank
   bool in_backward_ = false;
+  bool expect_backward_ = false;  // the last forward went through this wrapper, synced
   std::shared_ptr<bool> no_sync_ = std::make_shared<bool>(false);
 
 private:
@@ -146,7 +150,7 @@ private:
 
   // A parameter's gradient has been accumulated: into its bucket, and launch what is full.
   void on_gradient(std::size_t k) {
-    if (*no_sync_) return;  // accumulating locally
+    if (*no_sync_ || !expect_backward_) return;  // accumulating locally
     if (!in_backward_) {
       in_backward_ = true;
       autograd::queue_callback([this] { finish_pass(); });
@@ -207,6 +211,7 @@ private:
     }
     for (auto& b : buckets_) b.work.wait();  // CUDA: the current stream waits; Gloo: the host
     reset_pass();
+    expect_backward_ = false;
   }
 };
 
