@@ -1,6 +1,6 @@
-// The backward engine: Kahn's topological order over the nodes reachable from the outputs
-// (an explicit stack and dependency counts: no recursion, any graph depth), gradients
-// summed per node input before the node runs.
+// The backward engine (brrr.tensor:graph): Kahn's topological order over the nodes reachable
+// from the outputs (an explicit stack and dependency counts: no recursion, any graph depth),
+// gradients summed per node input (accumulate()) before the node runs.
 module;
 #include <cstdint>
 #include <functional>
@@ -9,9 +9,7 @@ module;
 #include <unordered_map>
 #include <utility>
 #include <vector>
-module brrr.autograd;
-import brrr.tensor;
-import brrr.ops;
+module brrr.tensor;
 
 namespace brrr::autograd {
 
@@ -79,13 +77,13 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
   }
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
-  auto accumulate = [&](const Edge& e, const Tensor& g) {
+  auto deliver = [&](const Edge& e, const Tensor& g) {
     auto& buf = buffers[e.node.get()];
     if (buf.size() < e.node->num_outputs) buf.resize(e.node->num_outputs);
     Tensor& slot = buf[e.input_nr];
-    slot = slot.defined() ? add(slot, g) : g;
+    slot = slot.defined() ? accumulate(slot, g) : g;
   };
-  for (auto& [edge, g] : roots) accumulate(edge, g);
+  for (auto& [edge, g] : roots) deliver(edge, g);
 
   // Ready nodes, latest-created first (the order PyTorch uses for ties).
   auto later = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
@@ -103,11 +101,11 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
     for (std::size_t i = 0; i < node->output_hooks.size() && i < grads.size(); ++i)  // Tensor::register_hook
       if (node->output_hooks[i] && grads[i].defined())
         grads[i] = node->output_hooks[i]->run(std::move(grads[i]), "a tensor hook");
-    bool is_accumulator = node->next_edges.empty() && node->name() == "AccumulateGrad";
+    const bool is_accumulator = node->is_accumulator();
     if (captures) {
       for (const Capture& c : *captures)
         if (c.node == node && grads[c.slot].defined())
-          captured[c.result_index] = captured[c.result_index].defined() ? add(captured[c.result_index], grads[c.slot])
+          captured[c.result_index] = captured[c.result_index].defined() ? accumulate(captured[c.result_index], grads[c.slot])
                                                                         : grads[c.slot];
     }
     std::vector<Tensor> input_grads;
@@ -123,7 +121,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
     for (std::size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.node) continue;
-      if (i < input_grads.size() && input_grads[i].defined()) accumulate(e, input_grads[i]);
+      if (i < input_grads.size() && input_grads[i].defined()) deliver(e, input_grads[i]);
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
@@ -167,3 +165,12 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 }  // namespace brrr::autograd
+
+namespace brrr {
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  checked("backward");
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
+}
+
+}  // namespace brrr

@@ -99,7 +99,8 @@ struct OptimizerStep {
   OptimizerKind kind = OptimizerKind::sgd;
   DType dtype = DType::f32;
   int device = -1;
-  std::vector<void*> params, grads, state1, state2, state3;
+  std::vector<void*> params, state1, state2, state3;
+  std::vector<const void*> grads;
   std::vector<std::int64_t> numels;
   double lr = 0, weight_decay = 0;
   double momentum = 0, dampening = 0;                 ///< SGD

@@ -1,5 +1,6 @@
-// brrr.autograd — the backward engine and gradient checking. Graph nodes, saved tensors
-// and grad mode are part of brrr.tensor (every tensor carries them); ops record nodes.
+// brrr.autograd — gradient checking, over the op layer. The autograd core (graph nodes,
+// saved tensors, grad mode, record(), the engine: autograd::backward and autograd::grad) is
+// part of brrr.tensor (autograd/graph.cppm), since every tensor carries it.
 module;
 #include <cstdint>
 #include <functional>
@@ -8,27 +9,6 @@ export module brrr.autograd;
 import brrr.tensor;
 
 export namespace brrr::autograd {
-
-/// Runs backward from `outputs` with `grad_outputs` (undefined entries: ones for scalar
-/// outputs, else Error(autograd)), accumulating into leaves' grad(). An iterative
-/// topological walk (no recursion limit) over the nodes reachable from the outputs; the
-/// graph's saved tensors are freed unless retain_graph; create_graph records the backward
-/// pass itself (higher-order gradients).
-void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
-              bool retain_graph = false, bool create_graph = false);
-
-/// Runs fn once the backward pass now running on this thread has finished walking the graph
-/// (PyTorch's Engine::queue_callback; DDP finishes its gradient all-reduces here). Callbacks
-/// run in the order queued, before backward() returns; an exception from one propagates out
-/// of backward(). Error(autograd) when no backward pass is running.
-void queue_callback(std::function<void()> fn);
-
-/// Gradients of `outputs` with respect to `inputs` (which must require grad), returned
-/// instead of accumulated into .grad(). allow_unused: an input not reached gets an undefined
-/// tensor instead of Error(autograd). retain_graph defaults to create_graph.
-std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                         bool create_graph = false, bool allow_unused = false);
 
 /// Options of gradcheck.
 struct GradcheckOptions {

@@ -38,8 +38,17 @@ using backend::UnaryOp;
 using backend::Window2d;
 using backend::with_op;
 
-/// The operand of `t` (any layout). Throws Error(shape) past max_dims dims.
-Operand operand(const Tensor& t, const char* op);
+/// The operand of a tensor (any layout) for a kernel launch: `input` for a tensor the kernel
+/// reads, `output` for one it writes (in-place updates included). Every launch builds its
+/// operands with these (gemm and optimizer steps take their pointers from them), so they
+/// are the one place that sees the tensors of each launch, read vs write, on the stream the
+/// launch will use (the device's current one): where a stream checker hooks. Both throw
+/// Error(shape) naming `op` past max_dims dims.
+Operand input(const Tensor& t, const char* op);
+Operand output(const Tensor& t, const char* op);
+/// The same for kernels that take bare pointers (gemm, optimizer steps): t's data_ptr().
+const void* input_data(const Tensor& t, const char* op);
+void* output_data(const Tensor& t, const char* op);
 
 // The contract: every kernel both backends implement, each written once here. X(name,
 // (parameters)) generates Backend's pure virtual member and the CpuBackend and CudaBackend

@@ -12,6 +12,8 @@ module;
 #include <string_view>
 #include <type_traits>
 #include <vector>
+
+#include "backend/contract.hpp"  // Window2d
 export module brrr.ops;
 import brrr.tensor;
 
@@ -209,11 +211,6 @@ struct ValuesIndices {
 /// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool
 /// inputs compute in f32.
 [[nodiscard]] Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
-/// Sums `x` down to `shape` (the inverse of broadcasting): the gradient rule of expand. Sums
-/// the leading extra dims and the dims where `shape` has 1; returns x itself when the shapes
-/// are equal; Error(shape) when x's shape is not a broadcast of `shape`. Integers give i64.
-[[nodiscard]] Tensor sum_to_size(const Tensor& x, const Shape& shape);
-
 // ---------------------------------------------------------------------------------------
 // Linear algebra
 // ---------------------------------------------------------------------------------------
@@ -373,16 +370,6 @@ void add_(const Tensor& x, const Tensor& y, double alpha = 1.0);
 void mul_(const Tensor& x, const Tensor& y);
 void mul_(const Tensor& x, Scalar y);
 
-// ---------------------------------------------------------------------------------------
-// Profiling
-// ---------------------------------------------------------------------------------------
-
-/// When on, every op opens an NVTX range named after it (e.g. "matmul") around its host-side
-/// work, so Nsight Systems timelines show brrr's ops above their kernels. Off by default;
-/// the cost when off is one relaxed atomic load per op.
-void set_nvtx_enabled(bool enabled);
-bool nvtx_enabled();
-
 }  // namespace brrr
 
 // Not exported: helpers shared by the op families' implementation units.
@@ -404,24 +391,24 @@ Shape reduced_shape(const Shape& shape, std::uint32_t mask, bool keepdim);
 /// broadcasts against the input again.
 Tensor unsqueeze_reduced(const Tensor& t, std::uint32_t mask, std::int64_t input_dim, bool keepdim);
 
-extern std::atomic<bool> nvtx_on;
-void nvtx_push(const char* name);
-void nvtx_pop();
-/// Opens an NVTX range named `name` for its scope when profiling is on (RAII). Every public
-/// op starts with one.
-class OpRange {
-public:
-  explicit OpRange(const char* name) : active_(nvtx_on.load(std::memory_order_relaxed)) {
-    if (active_) nvtx_push(name);
-  }
-  ~OpRange() {
-    if (active_) nvtx_pop();
-  }
-  OpRange(const OpRange&) = delete;
-  OpRange& operator=(const OpRange&) = delete;
-
-private:
-  bool active_;
-};
+/// Output positions of a window sweep along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1,
+/// rounding toward -inf (ops/conv.cpp).
+std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d);
+/// The window geometry over an [N, C, H, W] input `x` with out_h x out_w positions.
+backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
+                         std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s, std::int64_t out_h,
+                         std::int64_t out_w);
+/// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
+Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value);
 
 }  // namespace brrr::ops_detail
+
+// Not exported: what the op shortcuts of Tensor call (x.sum() -> TensorMethods::sum(x); the
+// shortcuts are templates of brrr.tensor resolved where they are used, so brrr.tensor names
+// this class without importing brrr.ops).
+namespace brrr {
+extern "C++" struct TensorMethods {
+  static Tensor sum(const Tensor& x) { return brrr::sum(x); }
+  static Tensor mean(const Tensor& x) { return brrr::mean(x); }
+};
+}  // namespace brrr

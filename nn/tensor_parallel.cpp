@@ -46,34 +46,15 @@ Tensor all_reduced(const Tensor& x, const dist::ProcessGroup& g) {
 // The four ops: forward on the tensors, backward the conjugate collective.
 enum class Region : std::uint8_t { copy, reduce, gather, scatter };
 
-class RegionBackward final : public autograd::Node {
-public:
-  RegionBackward(Region r, dist::ProcessGroup g) : region_(r), group_(std::move(g)) {}
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    const Tensor& g = grads[0];
-    if (!g.defined()) return {Tensor()};
-    switch (region_) {
-      case Region::copy: return {all_reduced(g, group_)};
-      case Region::reduce: return {g};
-      case Region::gather: return {own_block(g, group_)};
-      case Region::scatter: return {gather_last_dim(g, group_)};
-    }
-    return {Tensor()};
+const char* backward_name(Region r) {
+  switch (r) {
+    case Region::copy: return "CopyToTensorParallelRegionBackward";
+    case Region::reduce: return "ReduceFromTensorParallelRegionBackward";
+    case Region::gather: return "GatherFromTensorParallelRegionBackward";
+    case Region::scatter: return "ScatterToTensorParallelRegionBackward";
   }
-  std::string name() const override {
-    switch (region_) {
-      case Region::copy: return "CopyToTensorParallelRegionBackward";
-      case Region::reduce: return "ReduceFromTensorParallelRegionBackward";
-      case Region::gather: return "GatherFromTensorParallelRegionBackward";
-      case Region::scatter: return "ScatterToTensorParallelRegionBackward";
-    }
-    return "TensorParallelBackward";
-  }
-
-private:
-  Region region_;
-  dist::ProcessGroup group_;
-};
+  return "TensorParallelBackward";
+}
 
 Tensor region(Region r, const Tensor& x, const dist::ProcessGroup& g) {
   Tensor out;
@@ -86,7 +67,18 @@ Tensor region(Region r, const Tensor& x, const dist::ProcessGroup& g) {
       case Region::scatter: out = own_block(x, g); break;
     }
   }
-  if (autograd::any_requires_grad({x})) autograd::connect(std::make_shared<RegionBackward>(r, g), {x}, {out});
+  if (autograd::any_requires_grad({x}))
+    autograd::record(backward_name(r), {x}, {out}, [r, group = g](const autograd::Backward& ctx) mutable {
+      const Tensor& grad = ctx.grad();
+      if (!grad.defined()) return autograd::Grads{Tensor()};
+      switch (r) {
+        case Region::copy: return autograd::Grads{all_reduced(grad, group)};
+        case Region::reduce: return autograd::Grads{grad};
+        case Region::gather: return autograd::Grads{own_block(grad, group)};
+        case Region::scatter: return autograd::Grads{gather_last_dim(grad, group)};
+      }
+      return autograd::Grads{Tensor()};
+    });
   return out;
 }
 

@@ -11,6 +11,9 @@ module;
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "backend/contract.hpp"
+#include "ops/elementwise_math.hpp"
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
@@ -53,8 +56,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor cb = b.dtype() == compute ? b : b.to(compute);
   Tensor out = empty(shape, {.dtype = is_comparison(op) ? DType::boolean : compute, .device = dev});
   if (out.numel() > 0)
-    backend::backend_for(dev).binary(op, backend::operand(out, name), backend::operand(ca.expand(shape), name),
-                                     backend::operand(cb.expand(shape), name));
+    backend::backend_for(dev).binary(op, backend::output(out, name), backend::input(ca.expand(shape), name),
+                                     backend::input(cb.expand(shape), name));
   return out;
 }
 
@@ -73,262 +76,212 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar
   Tensor ca = a.dtype() == compute ? a : a.to(compute);
   Tensor out = empty(a.shape(), {.dtype = is_comparison(op) ? DType::boolean : compute, .device = a.device()});
   if (out.numel() > 0)
-    backend::backend_for(a.device()).binary_scalar(op, backend::operand(out, name), backend::operand(ca, name),
+    backend::backend_for(a.device()).binary_scalar(op, backend::output(out, name), backend::input(ca, name),
                                                     s.value, scalar_first);
   return out;
 }
 
-// --- backward nodes ------------------------------------------------------------------------
+// --- wrapped numbers (the number operand of a backward rule; tensor/core.cppm) ------------
 
-// Shapes and dtypes of both inputs: every binary node needs them.
+// The value of a wrapped number.
+Scalar number_of(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f64: return Scalar(t.item<double>());
+    case DType::i64: return Scalar(t.item<std::int64_t>());
+    case DType::boolean: return Scalar(static_cast<std::int64_t>(t.item<bool>()));
+    case DType::f32: case DType::bf16: case DType::f16: case DType::i32: break;
+  }
+  throw Error(ErrorKind::dtype, "wrapped number of unexpected dtype " + describe(t));
+}
+
+// op on numbers only, on the host in double (or int64 for integral operands of ops that keep
+// integers), with the kernels' own math: a number again.
+Tensor number_op(BinaryOp op, const Scalar& a, const Scalar& b) {
+  const bool integral = a.is_integral && b.is_integral && op != BinaryOp::div;
+  double r = 0;
+  backend::with_op(op, [&]<BinaryOp OP>() {
+    if (integral)
+      r = static_cast<double>(elementwise::binary<OP, std::int64_t>(static_cast<std::int64_t>(a.value),
+                                                                   static_cast<std::int64_t>(b.value)));
+    else r = elementwise::binary<OP, double>(a.value, b.value);
+  });
+  return wrapped_number(r, is_comparison(op) ? DType::boolean : integral ? DType::i64 : DType::f64);
+}
+
+// --- backward rules ----------------------------------------------------------------------
+// One rule per op, written for two tensors. The (tensor, number) overloads use the same
+// rule with the number as a wrapped number (which the ops read as a scalar, so a rule costs
+// the same launches as a hand-written scalar version) and an input without an edge.
+
+using autograd::Backward;
+using autograd::Grads;
+
+// How a rule gets an operand back when it runs: saved tensor `i`, or the number of a
+// (tensor, number) overload as a wrapped number (numbers get no edge and are not saved).
+struct Arg {
+  bool is_number = false;
+  Scalar number{0};
+  Tensor value(const Backward& c, std::size_t i) const {
+    return is_number ? wrapped_number(number.value, number.is_integral ? DType::i64 : DType::f64) : c.saved(i);
+  }
+};
+
+// Shapes and dtypes of both inputs: every gradient is reduced back to its input's.
 struct Inputs {
   Shape a_shape, b_shape;
-  DType a_dtype, b_dtype;
-  Inputs(const Tensor& a, const Tensor& b)
-      : a_shape(a.shape()), b_shape(b.shape()), a_dtype(a.dtype()), b_dtype(b.dtype()) {}
-};
-
-class AddBackward final : public autograd::Node, Inputs {
-public:
-  AddBackward(const Tensor& a, const Tensor& b, double alpha) : Inputs(a, b), alpha_(alpha) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor ga, gb;
-    if (next_edges[0].defined()) ga = reduce_grad(g[0], a_shape, a_dtype);
-    if (next_edges[1].defined())
-      gb = reduce_grad(alpha_ == 1 ? g[0] : (alpha_ == -1 ? neg(g[0]) : mul(g[0], alpha_)), b_shape, b_dtype);
-    return {ga, gb};
+  DType a_dtype = DType::f32, b_dtype = DType::f32;
+  Inputs(const Tensor& a, const Tensor& b) {
+    if (a.defined()) a_shape = a.shape(), a_dtype = a.dtype();
+    if (b.defined()) b_shape = b.shape(), b_dtype = b.dtype();
   }
-  std::string name() const override { return alpha_ == 1 ? "AddBackward" : "SubBackward"; }
-
-private:
-  double alpha_;
+  Tensor grad_a(const Tensor& g) const { return reduce_grad(g, a_shape, a_dtype); }
+  Tensor grad_b(const Tensor& g) const { return reduce_grad(g, b_shape, b_dtype); }
 };
 
-class MulBackward final : public autograd::Node, Inputs {
-public:
-  MulBackward(const Tensor& a, const Tensor& b) : Inputs(a, b), a_(a), b_(b) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    return {next_edges[0].defined() ? reduce_grad(mul(g[0], b), a_shape, a_dtype) : Tensor(),
-            next_edges[1].defined() ? reduce_grad(mul(g[0], a), b_shape, b_dtype) : Tensor()};
+// d(a + alpha b) = (g, alpha g)
+Grads add_rule(const Backward& c, const Inputs& in, double alpha) {
+  const Tensor& g = c.grad();
+  return {c.needs(0) ? in.grad_a(g) : Tensor(),
+          c.needs(1) ? in.grad_b(alpha == 1 ? g : alpha == -1 ? neg(g) : mul(g, alpha)) : Tensor()};
+}
+
+// d(a b) = (g b, g a)
+Grads mul_rule(const Backward& c, const Inputs& in, const Tensor& a, const Tensor& b) {
+  const Tensor& g = c.grad();
+  return {c.needs(0) ? in.grad_a(mul(g, b)) : Tensor(), c.needs(1) ? in.grad_b(mul(g, a)) : Tensor()};
+}
+
+// d(a / b) = (g / b, -g a / b^2)
+Grads div_rule(const Backward& c, const Inputs& in, const Tensor& a, const Tensor& b) {
+  const Tensor& g = c.grad();
+  return {c.needs(0) ? in.grad_a(div(g, b)) : Tensor(),
+          c.needs(1) ? in.grad_b(neg(div(mul(g, a), mul(b, b)))) : Tensor()};
+}
+
+// d/da a^b = b a^(b-1), taken as 0 where b == 0 (not 0 * 0^-1 = NaN at a == 0);
+// d/db a^b = a^b log(a), taken as 0 where a == 0 and b >= 0 (PyTorch's conventions, so that
+// 0^b stays differentiable in b).
+Grads pow_rule(const Backward& c, const Inputs& in, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const Tensor& g = c.grad();
+  Tensor ga, gb;
+  if (c.needs(0)) {
+    Tensor d = mul(b, pow(a, sub(b, 1.0)));
+    ga = in.grad_a(mul(g, where(eq(b, 0.0), zeros_like(d), d)));
   }
-  std::string name() const override { return "MulBackward"; }
-  void release_saved() override { a_.reset(), b_.reset(); }
-
-private:
-  autograd::SavedTensor a_, b_;
-};
-
-class DivBackward final : public autograd::Node, Inputs {
-public:
-  DivBackward(const Tensor& a, const Tensor& b) : Inputs(a, b), a_(a), b_(b) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor ga, gb;
-    if (next_edges[0].defined()) ga = reduce_grad(div(g[0], b), a_shape, a_dtype);
-    if (next_edges[1].defined()) gb = reduce_grad(neg(div(mul(g[0], a), mul(b, b))), b_shape, b_dtype);
-    return {ga, gb};
+  if (c.needs(1)) {
+    Tensor d = mul(out, log(a));
+    gb = in.grad_b(mul(g, where(eq(a, 0.0), where(ge(b, 0.0), zeros_like(d), d), d)));
   }
-  std::string name() const override { return "DivBackward"; }
-  void release_saved() override { a_.reset(), b_.reset(); }
+  return {ga, gb};
+}
 
-private:
-  autograd::SavedTensor a_, b_;
-};
-
-class PowBackward final : public autograd::Node, Inputs {
-public:
-  PowBackward(const Tensor& a, const Tensor& b) : Inputs(a, b), a_(a), b_(b) {}
-  /// Saved after connect(), once `out` has this node as grad_fn.
-  void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor ga, gb;
-    // d/da a^b = b a^(b-1), taken as 0 where b == 0 (not 0 * 0^-1 = NaN at a == 0);
-    // d/db a^b = a^b log(a), taken as 0 where a == 0 and b >= 0 (PyTorch's conventions, so
-    // that 0^b stays differentiable in b).
-    if (next_edges[0].defined()) {
-      Tensor d = mul(b, pow(a, sub(b, 1.0)));
-      d = where(eq(b, 0.0), zeros_like(d), d);
-      ga = reduce_grad(mul(g[0], d), a_shape, a_dtype);
-    }
-    if (next_edges[1].defined()) {
-      Tensor out = out_.unpack(*this);
-      Tensor d = mul(out, log(a));
-      d = where(eq(a, 0.0), where(ge(b, 0.0), zeros_like(d), d), d);
-      gb = reduce_grad(mul(g[0], d), b_shape, b_dtype);
-    }
-    return {ga, gb};
-  }
-  std::string name() const override { return "PowBackward"; }
-  void release_saved() override { a_.reset(), b_.reset(), out_.reset(); }
-
-private:
-  autograd::SavedTensor a_, b_, out_;
-};
-
-// maximum/minimum: the gradient goes to the larger (smaller) input; ties split it evenly.
-class ExtremumBackward final : public autograd::Node, Inputs {
-public:
-  ExtremumBackward(const Tensor& a, const Tensor& b, bool is_max) : Inputs(a, b), a_(a), b_(b), is_max_(is_max) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    // PyTorch's rule (derivatives.yaml): each input gets g, or g / 2 on a tie, or 0 where it
-    // strictly loses; at a NaN nobody strictly loses, so both get the whole gradient.
-    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor tie = eq(a, b);
-    Tensor split = where(tie, mul(g[0], 0.5), g[0]);
-    Tensor zero = zeros_like(split), ga, gb;
-    if (next_edges[0].defined()) ga = reduce_grad(where(is_max_ ? lt(a, b) : gt(a, b), zero, split), a_shape, a_dtype);
-    if (next_edges[1].defined()) gb = reduce_grad(where(is_max_ ? gt(a, b) : lt(a, b), zero, split), b_shape, b_dtype);
-    return {ga, gb};
-  }
-  std::string name() const override { return is_max_ ? "MaximumBackward" : "MinimumBackward"; }
-  void release_saved() override { a_.reset(), b_.reset(); }
-
-private:
-  autograd::SavedTensor a_, b_;
-  bool is_max_;
-};
+// maximum/minimum, PyTorch's rule (derivatives.yaml): each input gets g, or g / 2 on a tie,
+// or 0 where it strictly loses; at a NaN nobody strictly loses, so both get the whole gradient.
+Grads extremum_rule(const Backward& c, const Inputs& in, const Tensor& a, const Tensor& b, bool is_max) {
+  const Tensor split = where(eq(a, b), mul(c.grad(), 0.5), c.grad());
+  const Tensor zero = zeros_like(split);
+  return {c.needs(0) ? in.grad_a(where(is_max ? lt(a, b) : gt(a, b), zero, split)) : Tensor(),
+          c.needs(1) ? in.grad_b(where(is_max ? gt(a, b) : lt(a, b), zero, split)) : Tensor()};
+}
 
 // floor_divide / trunc division: piecewise constant, gradient 0 (PyTorch). remainder and
 // fmod: a - b * q with q = floor(a / b) or trunc(a / b), so d/da = 1, d/db = -q.
-class RoundingDivisionBackward final : public autograd::Node, Inputs {
-public:
-  RoundingDivisionBackward(BinaryOp op, const Tensor& a, const Tensor& b) : Inputs(a, b), op_(op) {
-    if (op == BinaryOp::remainder || op == BinaryOp::fmod) a_ = autograd::SavedTensor(a), b_ = autograd::SavedTensor(b);
+Grads rounding_rule(const Backward& c, const Inputs& in, BinaryOp op, const Tensor& a, const Tensor& b) {
+  const Tensor& g = c.grad();
+  if (op == BinaryOp::floor_divide || op == BinaryOp::trunc_divide)
+    return {c.needs(0) ? in.grad_a(zeros_like(g)) : Tensor(), c.needs(1) ? in.grad_b(zeros_like(g)) : Tensor()};
+  Tensor gb;
+  if (c.needs(1)) gb = in.grad_b(neg(mul(g, op == BinaryOp::remainder ? floor_divide(a, b) : div(a, b, "trunc"))));
+  return {c.needs(0) ? in.grad_a(g) : Tensor(), gb};
+}
+
+const char* rounding_backward_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::floor_divide: return "floor_divideBackward";
+    case BinaryOp::trunc_divide: return "trunc_divideBackward";
+    case BinaryOp::remainder: return "remainderBackward";
+    default: return "fmodBackward";
   }
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor ga, gb;
-    if (op_ == BinaryOp::floor_divide || op_ == BinaryOp::trunc_divide) {
-      if (next_edges[0].defined()) ga = reduce_grad(zeros_like(g[0]), a_shape, a_dtype);
-      if (next_edges[1].defined()) gb = reduce_grad(zeros_like(g[0]), b_shape, b_dtype);
-      return {ga, gb};
+}
+
+// Records op's rule on `out`. a, b: the tensor operands (undefined for a number, described
+// by x or y).
+void record_binary(BinaryOp op, const Tensor& a, const Tensor& b, Arg x, Arg y, const Tensor& out) {
+  Inputs in(a, b);  // moved into the rule (not const: a const capture would be copied on every move)
+  switch (op) {
+    case BinaryOp::add:
+    case BinaryOp::sub: {
+      const double alpha = op == BinaryOp::add ? 1.0 : -1.0;
+      autograd::record(op == BinaryOp::add ? "AddBackward" : "SubBackward", {a, b}, {out},
+                       [in = std::move(in), alpha](const Backward& c) { return add_rule(c, in, alpha); });
+      return;
     }
-    if (next_edges[0].defined()) ga = reduce_grad(g[0], a_shape, a_dtype);
-    if (next_edges[1].defined()) {
-      Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-      Tensor q = op_ == BinaryOp::remainder ? floor_divide(a, b) : div(a, b, "trunc");
-      gb = reduce_grad(neg(mul(g[0], q)), b_shape, b_dtype);
+    case BinaryOp::mul:
+      autograd::record("MulBackward", {a, b}, {out}, {a, b}, [in = std::move(in), x, y](const Backward& c) {
+        return mul_rule(c, in, x.value(c, 0), y.value(c, 1));
+      });
+      return;
+    case BinaryOp::div:
+      autograd::record("DivBackward", {a, b}, {out}, {a, b}, [in = std::move(in), x, y](const Backward& c) {
+        return div_rule(c, in, x.value(c, 0), y.value(c, 1));
+      });
+      return;
+    case BinaryOp::pow:
+      // The output is read only for the exponent's gradient.
+      autograd::record("PowBackward", {a, b}, {out}, {a, b, y.is_number ? Tensor() : out}, [in = std::move(in), x, y](const Backward& c) {
+        return pow_rule(c, in, x.value(c, 0), y.value(c, 1), c.saved(2));
+      });
+      return;
+    case BinaryOp::maximum:
+    case BinaryOp::minimum: {
+      const bool is_max = op == BinaryOp::maximum;
+      autograd::record(is_max ? "MaximumBackward" : "MinimumBackward", {a, b}, {out}, {a, b},
+                       [in = std::move(in), x, y, is_max](const Backward& c) {
+                         return extremum_rule(c, in, x.value(c, 0), y.value(c, 1), is_max);
+                       });
+      return;
     }
-    return {ga, gb};
+    case BinaryOp::floor_divide:
+    case BinaryOp::trunc_divide:
+    case BinaryOp::remainder:
+    case BinaryOp::fmod:
+      if (op == BinaryOp::floor_divide || op == BinaryOp::trunc_divide)  // reads no operand
+        autograd::record(rounding_backward_name(op), {a, b}, {out},
+                         [in = std::move(in), op](const Backward& c) { return rounding_rule(c, in, op, Tensor(), Tensor()); });
+      else
+        autograd::record(rounding_backward_name(op), {a, b}, {out}, {a, b}, [in = std::move(in), op, x, y](const Backward& c) {
+          return rounding_rule(c, in, op, x.value(c, 0), y.value(c, 1));
+        });
+      return;
+    case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
+    case BinaryOp::relu_backward:
+      return;  // comparisons are not differentiable; relu_backward runs inside backward passes
   }
-  std::string name() const override { return std::string(name_of(op_)) + "Backward"; }
-  void release_saved() override { a_.reset(), b_.reset(); }
+}
 
-private:
-  BinaryOp op_;
-  autograd::SavedTensor a_, b_;
-};
-
-// tensor (op) scalar: a single input.
-class ScalarBackward final : public autograd::Node {
-public:
-  ScalarBackward(BinaryOp op, const Tensor& a, double s, bool scalar_first)
-      : op_(op), s_(s), scalar_first_(scalar_first), shape_(a.shape()), dtype_(a.dtype()) {
-    // Only s / a, a ^ s, 0 ^ a and s % a need the input itself.
-    if ((op == BinaryOp::div && scalar_first) || (op == BinaryOp::pow && (!scalar_first || s == 0)) ||
-        ((op == BinaryOp::remainder || op == BinaryOp::fmod) && scalar_first))
-      a_ = autograd::SavedTensor(a);
-  }
-  void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor gi;
-    switch (op_) {
-      case BinaryOp::add: gi = g[0]; break;
-      case BinaryOp::sub: gi = scalar_first_ ? neg(g[0]) : g[0]; break;
-      case BinaryOp::mul: gi = mul(g[0], s_); break;
-      case BinaryOp::div:
-        // a / s -> g / s;   s / a -> -g s / a^2
-        if (!scalar_first_) gi = div(g[0], s_);
-        else {
-          Tensor a = a_.unpack(*this);
-          gi = neg(div(mul(g[0], s_), mul(a, a)));
-        }
-        break;
-      case BinaryOp::pow:
-        if (!scalar_first_) {  // a^s -> s a^(s-1)
-          Tensor a = a_.unpack(*this);
-          gi = s_ == 0 ? zeros_like(g[0]) : mul(g[0], mul(pow(a, s_ - 1.0), s_));
-        } else {  // s^a -> s^a log(s); 0^a -> 0 where a >= 0 (PyTorch), not 0 * log(0) = NaN
-          gi = mul(g[0], mul(out_.unpack(*this), std::log(s_)));
-          if (s_ == 0) gi = where(ge(a_.unpack(*this), 0.0), zeros_like(gi), gi);
-        }
-        break;
-      case BinaryOp::floor_divide: case BinaryOp::trunc_divide: gi = zeros_like(g[0]); break;
-      case BinaryOp::remainder: case BinaryOp::fmod:
-        // a % s -> g;   s % a -> -g q with q the rounded quotient s / a
-        if (!scalar_first_) gi = g[0];
-        else {
-          Tensor a = a_.unpack(*this);
-          Tensor sa = full({}, s_, {.dtype = a.dtype(), .device = a.device()});
-          gi = neg(mul(g[0], op_ == BinaryOp::remainder ? floor_divide(sa, a) : div(sa, a, "trunc")));
-        }
-        break;
-      default:
-        throw Error(ErrorKind::autograd, std::string(name_of(op_)) + " with a scalar has no backward rule");
-    }
-    return {reduce_grad(gi, shape_, dtype_)};
-  }
-  std::string name() const override { return std::string(name_of(op_)) + "ScalarBackward"; }
-  void release_saved() override { a_.reset(), out_.reset(); }
-
-private:
-  BinaryOp op_;
-  double s_;
-  bool scalar_first_;
-  Shape shape_;
-  DType dtype_;
-  autograd::SavedTensor a_, out_;
-};
-
-class WhereBackward final : public autograd::Node, Inputs {
-public:
-  WhereBackward(const Tensor& cond, const Tensor& a, const Tensor& b) : Inputs(a, b), cond_(cond) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    Tensor cond = cond_.unpack(*this);
-    Tensor zero = zeros_like(g[0]);
-    Tensor ga, gb;
-    if (next_edges[1].defined()) ga = reduce_grad(where(cond, g[0], zero), a_shape, a_dtype);
-    if (next_edges[2].defined()) gb = reduce_grad(where(cond, zero, g[0]), b_shape, b_dtype);
-    return {Tensor(), ga, gb};
-  }
-  std::string name() const override { return "WhereBackward"; }
-  void release_saved() override { cond_.reset(); }
-
-private:
-  autograd::SavedTensor cond_;
-};
+Tensor scalar_op(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar_first);
 
 Tensor binary_op(BinaryOp op, const Tensor& a, const Tensor& b) {
-  OpRange range(name_of(op));
+  // A wrapped number is a scalar operand (tensor/core.cppm).
+  if (is_wrapped_number(b)) return scalar_op(op, a, number_of(b), false);
+  if (is_wrapped_number(a)) return scalar_op(op, b, number_of(a), true);
+  NvtxRange range(name_of(op));
   Tensor out = binary_forward(op, a, b);
-  if (is_comparison(op) || !autograd::any_requires_grad({a, b}) || !is_floating_point(out.dtype())) return out;
-  std::shared_ptr<autograd::Node> node;
-  switch (op) {
-    case BinaryOp::add: node = std::make_shared<AddBackward>(a, b, 1.0); break;
-    case BinaryOp::sub: node = std::make_shared<AddBackward>(a, b, -1.0); break;
-    case BinaryOp::mul: node = std::make_shared<MulBackward>(a, b); break;
-    case BinaryOp::div: node = std::make_shared<DivBackward>(a, b); break;
-    case BinaryOp::pow: node = std::make_shared<PowBackward>(a, b); break;
-    case BinaryOp::maximum: node = std::make_shared<ExtremumBackward>(a, b, true); break;
-    case BinaryOp::minimum: node = std::make_shared<ExtremumBackward>(a, b, false); break;
-    case BinaryOp::floor_divide: case BinaryOp::trunc_divide: case BinaryOp::remainder: case BinaryOp::fmod:
-      node = std::make_shared<RoundingDivisionBackward>(op, a, b);
-      break;
-    default: return out;  // comparisons; relu_backward is only used inside backward passes
-  }
-  autograd::connect(node, {a, b}, {out});
-  if (op == BinaryOp::pow) static_cast<PowBackward&>(*node).save_output(out);
+  if (!is_comparison(op) && autograd::any_requires_grad({a, b}) && is_floating_point(out.dtype()))
+    record_binary(op, a, b, Arg{}, Arg{}, out);
   return out;
 }
 
 Tensor scalar_op(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar_first) {
-  OpRange range(name_of(op));
+  if (is_wrapped_number(a)) {
+    const Scalar x = number_of(a);
+    return scalar_first ? number_op(op, s, x) : number_op(op, x, s);
+  }
+  NvtxRange range(name_of(op));
   Tensor out = scalar_forward(op, a, s, scalar_first);
-  if (is_comparison(op) || !autograd::any_requires_grad({a}) || !is_floating_point(out.dtype())) return out;
-  auto node = std::make_shared<ScalarBackward>(op, a, s.value, scalar_first);
-  autograd::connect(node, {a}, {out});
-  if (op == BinaryOp::pow && scalar_first) node->save_output(out);
+  if (!is_comparison(op) && autograd::any_requires_grad({a}) && is_floating_point(out.dtype()))
+    record_binary(op, scalar_first ? Tensor() : a, scalar_first ? a : Tensor(), Arg{scalar_first, s},
+                  Arg{!scalar_first, s}, out);
   return out;
 }
 
@@ -390,15 +343,19 @@ Tensor gt(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::gt, a, b, fals
 Tensor ge(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::ge, a, b, false); }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
-  OpRange range("where");
+  NvtxRange range("where");
   require_defined("where", condition, "condition");
   require_defined("where", a, "first operand");
   require_defined("where", b, "second operand");
-  Device dev = common_device("where", {condition, a, b});
   if (condition.dtype() != DType::boolean)
     throw Error(ErrorKind::dtype, "where: the condition must be bool, got " + describe(condition));
   DType dtype = promote_types(a.dtype(), b.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(condition.shape(), a.shape(), "where"), b.shape(), "where");
+  if (is_wrapped_number(condition)) {  // a known condition picks a side (inside backward rules)
+    const Tensor& side = condition.item<bool>() ? a : b;
+    return (side.dtype() == dtype ? side : side.to(dtype)).expand(shape);
+  }
+  Device dev = common_device("where", {condition, a, b});
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -406,12 +363,19 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
     Tensor cb = b.dtype() == dtype ? b : b.to(dtype);
     out = empty(shape, {.dtype = dtype, .device = dev});
     if (out.numel() > 0)
-      backend::backend_for(dev).where(backend::operand(out, "where"), backend::operand(condition.expand(shape), "where"),
-                                      backend::operand(ca.expand(shape), "where"),
-                                      backend::operand(cb.expand(shape), "where"));
+      backend::backend_for(dev).where(backend::output(out, "where"), backend::input(condition.expand(shape), "where"),
+                                      backend::input(ca.expand(shape), "where"),
+                                      backend::input(cb.expand(shape), "where"));
   }
-  if (autograd::any_requires_grad({a, b}) && is_floating_point(dtype))
-    autograd::connect(std::make_shared<WhereBackward>(condition, a, b), {condition, a, b}, {out});
+  if (autograd::any_requires_grad({a, b}) && is_floating_point(dtype)) {
+    // Gradients flow to a where the condition holds and to b elsewhere.
+    autograd::record("WhereBackward", {condition, a, b}, {out}, {condition},
+                     [in = Inputs(a, b)](const Backward& c) {
+                       const Tensor cond = c.saved(0), zero = zeros_like(c.grad());
+                       return Grads{Tensor(), c.needs(1) ? in.grad_a(where(cond, c.grad(), zero)) : Tensor(),
+                                    c.needs(2) ? in.grad_b(where(cond, zero, c.grad())) : Tensor()};
+                     });
+  }
   return out;
 }
 

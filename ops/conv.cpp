@@ -18,8 +18,7 @@ using namespace ops_detail;
 
 namespace ops_detail {
 
-/// Output positions along one dim: floor((in + 2p - d (k - 1) - 1) / s) + 1. The division
-/// rounds toward -inf (a kernel larger than the padded input gives <= 0, never 1).
+// A kernel larger than the padded input gives <= 0, never 1.
 std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d) {
   std::int64_t span = in + 2 * p - d * (k - 1) - 1;
   return (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
@@ -37,63 +36,41 @@ namespace {
 
 std::string pair_text(std::array<std::int64_t, 2> v) { return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ")"; }
 
-class UnfoldBackward final : public autograd::Node {
-public:
-  explicit UnfoldBackward(const backend::Window2d& g) : g_(g) {}
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override;
-  std::string name() const override { return "UnfoldBackward"; }
-
-private:
-  backend::Window2d g_;
-};
-
-class FoldBackward final : public autograd::Node {
-public:
-  explicit FoldBackward(const backend::Window2d& g) : g_(g) {}
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override;
-  std::string name() const override { return "FoldBackward"; }
-
-private:
-  backend::Window2d g_;
-};
+// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
+Tensor fold_cols(const Tensor& cols, const backend::Window2d& g);
 
 }  // namespace
 
-namespace ops_detail {
-
-/// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
-Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value) {
+// unfold and fold are each other's adjoint: each one's gradient is the other.
+Tensor ops_detail::unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value) {
   Tensor out;
   {
     NoGradGuard no_grad;
     out = empty({g.n, g.c * g.kh * g.kw, g.out_h * g.out_w}, {.dtype = x.dtype(), .device = x.device()});
     if (out.numel() > 0)
-      backend::backend_for(x.device()).im2col(backend::operand(out, "unfold"), backend::operand(x, "unfold"), g, pad_value);
+      backend::backend_for(x.device()).im2col(backend::output(out, "unfold"), backend::input(x, "unfold"), g, pad_value);
   }
-  if (autograd::any_requires_grad({x})) autograd::connect(std::make_shared<UnfoldBackward>(g), {x}, {out});
+  if (autograd::any_requires_grad({x}))
+    autograd::record("UnfoldBackward", {x}, {out},
+                     [g](const autograd::Backward& c) { return autograd::Grads{fold_cols(c.grad(), g)}; });
   return out;
 }
 
-/// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
+namespace {
+
 Tensor fold_cols(const Tensor& cols, const backend::Window2d& g) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    Tensor c = cols;
     out = zeros({g.n, g.c, g.h, g.w}, {.dtype = cols.dtype(), .device = cols.device()});
-    if (c.numel() > 0)
-      backend::backend_for(cols.device()).col2im(backend::operand(out, "fold"), backend::operand(c, "fold"), g);
+    if (cols.numel() > 0)
+      backend::backend_for(cols.device()).col2im(backend::output(out, "fold"), backend::input(cols, "fold"), g);
   }
-  if (autograd::any_requires_grad({cols})) autograd::connect(std::make_shared<FoldBackward>(g), {cols}, {out});
+  if (autograd::any_requires_grad({cols}))
+    autograd::record("FoldBackward", {cols}, {out},
+                     [g](const autograd::Backward& c) { return autograd::Grads{unfold_with_pad(c.grad(), g, 0.0)}; });
   return out;
 }
-
-}  // namespace ops_detail
-
-std::vector<Tensor> UnfoldBackward::apply(std::vector<Tensor> grads) { return {fold_cols(grads[0], g_)}; }
-std::vector<Tensor> FoldBackward::apply(std::vector<Tensor> grads) { return {unfold_with_pad(grads[0], g_, 0.0)}; }
-
-namespace {
 
 void check_window_args(const char* op, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                        std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s) {
@@ -119,7 +96,7 @@ Tensor batched(const char* op, const Tensor& x, bool& unbatched) {
 
 Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size, std::array<std::int64_t, 2> dilation,
               std::array<std::int64_t, 2> padding, std::array<std::int64_t, 2> stride) {
-  OpRange range("unfold");
+  NvtxRange range("unfold");
   bool unbatched;
   Tensor x4 = batched("unfold", x, unbatched);
   check_window_args("unfold", kernel_size, dilation, padding, stride);
@@ -134,7 +111,7 @@ Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size, std::arr
 
 Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::array<std::int64_t, 2> kernel_size,
             std::array<std::int64_t, 2> dilation, std::array<std::int64_t, 2> padding, std::array<std::int64_t, 2> stride) {
-  OpRange range("fold");
+  NvtxRange range("fold");
   require_defined("fold", cols);
   check_window_args("fold", kernel_size, dilation, padding, stride);
   bool unbatched = cols.dim() == 2;
@@ -154,7 +131,7 @@ Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::ar
 }
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Conv2dOptions o) {
-  OpRange range("conv2d");
+  NvtxRange range("conv2d");
   bool unbatched;
   Tensor x = batched("conv2d", input, unbatched);
   require_defined("conv2d", weight, "weight");

@@ -17,7 +17,7 @@ namespace brrr {
 using namespace ops_detail;
 
 Tensor dropout(const Tensor& x, double p, bool training) {
-  OpRange range("dropout");
+  NvtxRange range("dropout");
   require_defined("dropout", x);
   if (!(p >= 0.0 && p <= 1.0))
     throw Error(ErrorKind::value, "dropout: probability p must be in [0, 1], got " + std::to_string(p));

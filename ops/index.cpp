@@ -61,8 +61,8 @@ Tensor gather_kernel(int code, const char* name, const Tensor& x, std::int64_t d
   if (out.numel() > 0) {
     IndexOpScope scope(code);
     backend::backend_for(x.device())
-        .gather(backend::operand(out, name), backend::operand(x, name), static_cast<int>(dim),
-                backend::operand(index, name));
+        .gather(backend::output(out, name), backend::input(x, name), static_cast<int>(dim),
+                backend::input(index, name));
   }
   return out;
 }
@@ -74,8 +74,8 @@ void scatter_kernel(int code, const char* name, const Tensor& out, std::int64_t 
   NoGradGuard no_grad;
   IndexOpScope scope(code);
   backend::backend_for(out.device())
-      .scatter_add(backend::operand(out, name), static_cast<int>(dim), backend::operand(index, name),
-                   backend::operand(src, name), deterministic_on.load(std::memory_order_relaxed));
+      .scatter_add(backend::output(out, name), static_cast<int>(dim), backend::input(index, name),
+                   backend::input(src, name), deterministic_on.load(std::memory_order_relaxed));
 }
 
 // src restricted to index's extent (views): the elements the scatter reads.
@@ -103,54 +103,23 @@ Tensor pad_with_zeros(const Tensor& t, const Shape& shape) {
   return scatter_into_zeros(index_errors::scatter_add, shape, 0, rows, t);
 }
 
-class GatherBackward final : public autograd::Node {
-public:
-  GatherBackward(int code, const char* name, const Tensor& x, std::int64_t dim, const Tensor& index)
-      : code_(code), name_(name), shape_(x.shape()), dim_(dim), index_(index) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    return {scatter_into_zeros(code_, shape_, dim_, index_.unpack(*this), g[0])};
-  }
-  std::string name() const override { return name_; }
-  void release_saved() override { index_.reset(); }
-
-private:
-  int code_;
-  const char* name_;
-  Shape shape_;
-  std::int64_t dim_;
-  autograd::SavedTensor index_;
-};
-
-class ScatterAddBackward final : public autograd::Node {
-public:
-  ScatterAddBackward(int code, std::int64_t dim, const Tensor& index, const Shape& src_shape)
-      : code_(code), dim_(dim), index_(index), src_shape_(src_shape) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor(), Tensor()};
-    Tensor gx, gsrc;
-    if (next_edges[0].defined()) gx = g[0];
-    if (next_edges[1].defined()) {
-      Tensor index = index_.unpack(*this);
-      gsrc = pad_with_zeros(gather_recorded(code_, "gather", "GatherBackward", g[0], dim_, index), src_shape_);
-    }
-    return {gx, gsrc};
-  }
-  std::string name() const override { return "ScatterAddBackward"; }
-  void release_saved() override { index_.reset(); }
-
-private:
-  int code_;
-  std::int64_t dim_;
-  autograd::SavedTensor index_;
-  Shape src_shape_;
-};
+// scatter_add's gradient: the output gradient for x, and for src the output gradient
+// gathered at the index (zero where src reaches beyond the index).
+autograd::Grads scatter_add_rule(const autograd::Backward& c, int code, std::int64_t dim, const Tensor& index,
+                                 const Shape& src_shape) {
+  Tensor gsrc;
+  if (c.needs(1)) gsrc = pad_with_zeros(gather_recorded(code, "gather", "GatherBackward", c.grad(), dim, index), src_shape);
+  return {c.needs(0) ? c.grad() : Tensor(), gsrc};
+}
 
 Tensor gather_recorded(int code, const char* name, const char* backward_name, const Tensor& x, std::int64_t dim,
                        const Tensor& index) {
   Tensor out = gather_kernel(code, name, x, dim, index);
+  // gather's gradient: scattered back into zeros of x's shape.
   if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<GatherBackward>(code, backward_name, x, dim, index), {x}, {out});
+    autograd::record(backward_name, {x}, {out}, {index}, [code, shape = x.shape(), dim](const autograd::Backward& c) {
+      return autograd::Grads{scatter_into_zeros(code, shape, dim, c.saved(0), c.grad())};
+    });
   return out;
 }
 
@@ -159,29 +128,12 @@ Tensor scatter_into_zeros(int code, const Shape& shape, std::int64_t dim, const 
   Tensor out = zeros(shape, {.dtype = src.dtype(), .device = src.device()});
   scatter_kernel(code, "scatter_add", out, dim, index, src);
   if (autograd::any_requires_grad({src}) && is_floating_point(src.dtype()))
-    autograd::connect(std::make_shared<ScatterAddBackward>(code, dim, index, src.shape()), {Tensor(), src}, {out});
+    autograd::record("ScatterAddBackward", {Tensor(), src}, {out}, {index},
+                     [code, dim, shape = src.shape()](const autograd::Backward& c) {
+                       return scatter_add_rule(c, code, dim, c.saved(0), shape);
+                     });
   return out;
 }
-
-class EmbeddingBackward final : public autograd::Node {
-public:
-  EmbeddingBackward(const Tensor& weight, const Tensor& flat, const Tensor& index, std::optional<std::int64_t> padding)
-      : shape_(weight.shape()), flat_(flat), index_(index), padding_(padding) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    Tensor index = index_.unpack(*this);
-    Tensor rows = g[0].reshape(index.shape());  // [N, D]
-    if (padding_) rows = masked_fill(rows, eq(flat_.unpack(*this), *padding_).unsqueeze(1), 0.0);
-    return {scatter_into_zeros(index_errors::embedding, shape_, 0, index, rows)};
-  }
-  std::string name() const override { return "EmbeddingBackward"; }
-  void release_saved() override { flat_.reset(), index_.reset(); }
-
-private:
-  Shape shape_;
-  autograd::SavedTensor flat_, index_;
-  std::optional<std::int64_t> padding_;
-};
 
 // The checks shared by gather and scatter_add: one ndim, index sizes within x's (and src's).
 void check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor* src) {
@@ -207,7 +159,7 @@ void check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const
 }  // namespace
 
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
-  OpRange range("gather");
+  NvtxRange range("gather");
   require_defined("gather", x);
   require_defined("gather", index, "index");
   common_device("gather", {x, index});
@@ -220,7 +172,7 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
-  OpRange range("scatter_add");
+  NvtxRange range("scatter_add");
   require_defined("scatter_add", x);
   require_defined("scatter_add", index, "index");
   require_defined("scatter_add", src, "src");
@@ -241,13 +193,14 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   }
   scatter_kernel(index_errors::scatter_add, "scatter_add", out, d, i1, narrow_to_index(s1, i1));
   if (autograd::any_requires_grad({x1, s1}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<ScatterAddBackward>(index_errors::scatter_add, d, i1, s1.shape()), {x1, s1},
-                      {out});
+    autograd::record("ScatterAddBackward", {x1, s1}, {out}, {i1}, [d, shape = s1.shape()](const autograd::Backward& c) {
+      return scatter_add_rule(c, index_errors::scatter_add, d, c.saved(0), shape);
+    });
   return x.dim() == 0 ? out.view({}) : out;
 }
 
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
-  OpRange range("index_select");
+  NvtxRange range("index_select");
   require_defined("index_select", x);
   require_defined("index_select", index, "index");
   common_device("index_select", {x, index});
@@ -274,7 +227,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx) {
-  OpRange range("embedding");
+  NvtxRange range("embedding");
   require_defined("embedding", weight, "weight");
   require_defined("embedding", indices, "indices");
   common_device("embedding", {weight, indices});
@@ -302,13 +255,21 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
     index = flat.unsqueeze(1).expand({n, dsize});
     out = gather_kernel(index_errors::embedding, "embedding", weight, 0, index).view(out_shape);
   }
+  // The gradient: a scatter-add of the output gradient rows into zeros of weight's shape,
+  // with the padding_idx rows zeroed.
   if (autograd::any_requires_grad({weight}) && is_floating_point(weight.dtype()))
-    autograd::connect(std::make_shared<EmbeddingBackward>(weight, flat, index, padding), {weight}, {out});
+    autograd::record("EmbeddingBackward", {weight}, {out}, {flat, index},
+                     [shape = weight.shape(), padding](const autograd::Backward& c) {
+                       Tensor index = c.saved(1);
+                       Tensor rows = c.grad().reshape(index.shape());  // [N, D]
+                       if (padding) rows = masked_fill(rows, eq(c.saved(0), *padding).unsqueeze(1), 0.0);
+                       return autograd::Grads{scatter_into_zeros(index_errors::embedding, shape, 0, index, rows)};
+                     });
   return out;
 }
 
 Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
-  OpRange range("one_hot");
+  NvtxRange range("one_hot");
   require_defined("one_hot", indices, "indices");
   if (!is_index_dtype(indices.dtype()))
     throw Error(ErrorKind::dtype, "one_hot: indices must be i32 or i64, got " + describe(indices));
@@ -328,7 +289,7 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  OpRange range("masked_fill");
+  NvtxRange range("masked_fill");
   require_defined("masked_fill", x);
   require_defined("masked_fill", mask, "mask");
   common_device("masked_fill", {x, mask});

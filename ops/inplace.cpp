@@ -19,7 +19,7 @@ void check_target(const char* op, const Tensor& x) {
 }
 
 void inplace_binary(const char* op, backend::BinaryOp kind, const Tensor& x, const Tensor& y) {
-  OpRange range(op);
+  NvtxRange range(op);
   check_target(op, x);
   require_defined(op, y, "operand");
   common_device(op, {x, y});
@@ -32,8 +32,8 @@ void inplace_binary(const char* op, backend::BinaryOp kind, const Tensor& x, con
     throw Error(ErrorKind::shape, std::string(op) + ": operand " + describe(y) + " cannot broadcast to " + describe(x));
   }
   if (x.numel() > 0)
-    backend::backend_for(x.device()).binary(kind, backend::operand(x, op), backend::operand(x, op),
-                                            backend::operand(by, op));
+    backend::backend_for(x.device()).binary(kind, backend::output(x, op), backend::input(x, op),
+                                            backend::input(by, op));
   x.storage().bump_version();
 }
 }  // namespace
@@ -47,11 +47,11 @@ void add_(const Tensor& x, const Tensor& y, double alpha) {
 void mul_(const Tensor& x, const Tensor& y) { inplace_binary("mul_", backend::BinaryOp::mul, x, y); }
 
 void mul_(const Tensor& x, Scalar y) {
-  OpRange range("mul_");
+  NvtxRange range("mul_");
   check_target("mul_", x);
   if (x.numel() > 0)
-    backend::backend_for(x.device()).binary_scalar(backend::BinaryOp::mul, backend::operand(x, "mul_"),
-                                                   backend::operand(x, "mul_"), y.value, false);
+    backend::backend_for(x.device()).binary_scalar(backend::BinaryOp::mul, backend::output(x, "mul_"),
+                                                   backend::input(x, "mul_"), y.value, false);
   x.storage().bump_version();
 }
 

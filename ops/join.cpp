@@ -19,35 +19,30 @@ namespace {
 // PyTorch's legacy rule: 1-D tensors of shape [0] take no part in cat's shape checks.
 bool skipped(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
 
-class CatBackward final : public autograd::Node {
-public:
-  struct Part {
-    std::int64_t offset = 0, length = 0;
-    bool skipped = false;
-    Shape shape;
-    DType dtype;
-  };
-  CatBackward(std::int64_t dim, std::vector<Part> parts) : dim_(dim), parts_(std::move(parts)) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    std::vector<Tensor> out(parts_.size());
-    for (std::size_t i = 0; i < parts_.size(); ++i) {
-      if (!next_edges[i].defined()) continue;
-      const Part& p = parts_[i];
-      if (p.skipped) {
-        out[i] = zeros(p.shape, {.dtype = p.dtype, .device = g[0].device()});
-        continue;
-      }
-      Tensor gi = g[0].narrow(dim_, p.offset, p.length);
-      out[i] = gi.dtype() == p.dtype ? gi : gi.to(p.dtype);
-    }
-    return out;
-  }
-  std::string name() const override { return "CatBackward"; }
-
-private:
-  std::int64_t dim_;
-  std::vector<Part> parts_;
+// Where each input of cat sits in its output, for the backward rule.
+struct Part {
+  std::int64_t offset = 0, length = 0;
+  bool skipped = false;
+  Shape shape;
+  DType dtype = DType::f32;
 };
+
+// cat's gradient: the output gradient narrowed back to each input's window (zeros for the
+// skipped [0] inputs), in each input's dtype.
+autograd::Grads cat_rule(const autograd::Backward& c, std::int64_t dim, const std::vector<Part>& parts) {
+  autograd::Grads out(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (!c.needs(i)) continue;
+    const Part& p = parts[i];
+    if (p.skipped) {
+      out[i] = zeros(p.shape, {.dtype = p.dtype, .device = c.grad().device()});
+      continue;
+    }
+    Tensor gi = c.grad().narrow(dim, p.offset, p.length);
+    out[i] = gi.dtype() == p.dtype ? gi : gi.to(p.dtype);
+  }
+  return out;
+}
 
 Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, std::int64_t dim) {
   if (tensors.empty()) throw Error(ErrorKind::value, std::string(op) + ": expected a non-empty list of tensors");
@@ -99,7 +94,7 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, std::int64_t
   }
 
   Tensor out;
-  std::vector<CatBackward::Part> parts(tensors.size());
+  std::vector<Part> parts(tensors.size());
   {
     NoGradGuard no_grad;
     out = empty(shape, {.dtype = dtype, .device = dev});
@@ -119,19 +114,22 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, std::int64_t
       offset += len;
     }
   }
-  bool record = false;
-  if (autograd::is_grad_enabled())
-    for (const Tensor& t : tensors) record = record || t.requires_grad();
-  if (record && is_floating_point(dtype))
-    autograd::connect(std::make_shared<CatBackward>(d, std::move(parts)), tensors, std::vector<Tensor>{out});
+  if (autograd::any_requires_grad(tensors) && is_floating_point(dtype))
+    autograd::record("CatBackward", tensors, {out}, [d, parts = std::move(parts)](const autograd::Backward& c) {
+      return cat_rule(c, d, parts);
+    });
   return out;
 }
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) { return cat_impl("cat", tensors, dim); }
+Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  NvtxRange range("cat");
+  return cat_impl("cat", tensors, dim);
+}
 
 Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
+  NvtxRange range("stack");
   if (tensors.empty()) throw Error(ErrorKind::value, "stack: expected a non-empty list of tensors");
   for (std::size_t i = 0; i < tensors.size(); ++i)
     require_defined("stack", tensors[i], ("tensor " + std::to_string(i)).c_str());
@@ -150,6 +148,7 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t dim) {
+  NvtxRange range("split");
   require_defined("split", x);
   if (x.dim() == 0) throw Error(ErrorKind::shape, "split: cannot split a 0-d tensor");
   std::int64_t d = wrap_dim("split", dim, x.dim(), x.shape());
@@ -174,6 +173,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
 }
 
 std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t dim) {
+  NvtxRange range("split");
   require_defined("split", x);
   if (x.dim() == 0) throw Error(ErrorKind::shape, "split: cannot split a 0-d tensor");
   std::int64_t d = wrap_dim("split", dim, x.dim(), x.shape());
@@ -196,6 +196,7 @@ std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t
 }
 
 std::vector<Tensor> chunk(const Tensor& x, std::int64_t chunks, std::int64_t dim) {
+  NvtxRange range("chunk");
   require_defined("chunk", x);
   if (x.dim() == 0) throw Error(ErrorKind::shape, "chunk: expects at least a 1-d tensor");
   if (chunks <= 0) throw Error(ErrorKind::value, "chunk: chunks must be positive, got " + std::to_string(chunks));

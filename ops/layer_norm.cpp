@@ -29,52 +29,39 @@ DType compute_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32;
 // With x_hat = (x - mean) * rstd and gw = g * w (g when there is no weight), per row:
 //   dx = rstd * (gw - mean(gw) - x_hat * mean(gw * x_hat))
 //   dw = sum over rows of g * x_hat,  db = sum over rows of g.
-class LayerNormBackward final : public autograd::Node {
-public:
-  LayerNormBackward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean, const Tensor& rstd,
-                    Shape normalized_shape, std::int64_t rows, std::int64_t cols, double eps)
-      : x_(x), weight_(weight), mean_(mean), rstd_(rstd), normalized_shape_(std::move(normalized_shape)),
-        x_shape_(x.shape()), x_dtype_(x.dtype()), w_dtype_(weight.defined() ? weight.dtype() : x.dtype()),
-        b_dtype_(bias.defined() ? bias.dtype() : x.dtype()), rows_(rows), cols_(cols), eps_(eps) {}
-
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    const DType c = compute_dtype(x_dtype_);
-    Tensor g = as_dtype(grads[0].reshape({rows_, cols_}), c);
-    Tensor x = as_dtype(x_.unpack(*this).reshape({rows_, cols_}), c);
-    Tensor w = weight_.unpack(*this);
-    Tensor mu, rs;
-    if (autograd::is_grad_enabled()) {
-      // create_graph: statistics as functions of x, so the graph of dx is complete.
-      mu = mean(x, {1}, true);
-      Tensor d = sub(x, mu);
-      rs = rsqrt(add(mean(mul(d, d), {1}, true), eps_));
-    } else {
-      mu = as_dtype(mean_.unpack(*this), c).view({rows_, 1});
-      rs = as_dtype(rstd_.unpack(*this), c).view({rows_, 1});
-    }
-    Tensor xhat = mul(sub(x, mu), rs);
-    Tensor dx, dw, db;
-    if (next_edges[0].defined()) {
-      Tensor gw = w.defined() ? mul(g, as_dtype(w, c).reshape({1, cols_})) : g;
-      Tensor inner = sub(sub(gw, mean(gw, {1}, true)), mul(xhat, mean(mul(gw, xhat), {1}, true)));
-      dx = as_dtype(mul(rs, inner).reshape(x_shape_), x_dtype_);
-    }
-    if (next_edges.size() > 1 && next_edges[1].defined())
-      dw = as_dtype(sum(mul(g, xhat), {0}).reshape(normalized_shape_), w_dtype_);
-    if (next_edges.size() > 2 && next_edges[2].defined())
-      db = as_dtype(sum(g, {0}).reshape(normalized_shape_), b_dtype_);
-    return {dx, dw, db};
-  }
-  std::string name() const override { return "LayerNormBackward"; }
-  void release_saved() override { x_.reset(), weight_.reset(), mean_.reset(), rstd_.reset(); }
-
-private:
-  autograd::SavedTensor x_, weight_, mean_, rstd_;
-  Shape normalized_shape_, x_shape_;
-  DType x_dtype_, w_dtype_, b_dtype_;
-  std::int64_t rows_, cols_;
-  double eps_;
+struct LayerNormInputs {
+  Shape normalized_shape, x_shape;
+  DType x_dtype, w_dtype, b_dtype;
+  std::int64_t rows, cols;
+  double eps;
 };
+
+autograd::Grads layer_norm_rule(const autograd::Backward& c, const LayerNormInputs& in, const Tensor& x_in,
+                                const Tensor& w, const Tensor& saved_mean, const Tensor& saved_rstd) {
+  const DType dt = compute_dtype(in.x_dtype);
+  Tensor g = as_dtype(c.grad().reshape({in.rows, in.cols}), dt);
+  Tensor x = as_dtype(x_in.reshape({in.rows, in.cols}), dt);
+  Tensor mu, rs;
+  if (autograd::is_grad_enabled()) {
+    // create_graph: statistics as functions of x, so the graph of dx is complete.
+    mu = mean(x, {1}, true);
+    Tensor d = sub(x, mu);
+    rs = rsqrt(add(mean(mul(d, d), {1}, true), in.eps));
+  } else {
+    mu = as_dtype(saved_mean, dt).view({in.rows, 1});
+    rs = as_dtype(saved_rstd, dt).view({in.rows, 1});
+  }
+  Tensor xhat = mul(sub(x, mu), rs);
+  Tensor dx, dw, db;
+  if (c.needs(0)) {
+    Tensor gw = w.defined() ? mul(g, as_dtype(w, dt).reshape({1, in.cols})) : g;
+    Tensor inner = sub(sub(gw, mean(gw, {1}, true)), mul(xhat, mean(mul(gw, xhat), {1}, true)));
+    dx = as_dtype(mul(rs, inner).reshape(in.x_shape), in.x_dtype);
+  }
+  if (c.needs(1)) dw = as_dtype(sum(mul(g, xhat), {0}).reshape(in.normalized_shape), in.w_dtype);
+  if (c.needs(2)) db = as_dtype(sum(g, {0}).reshape(in.normalized_shape), in.b_dtype);
+  return {dx, dw, db};
+}
 
 void check_param(const Tensor& p, const char* name, const Shape& normalized_shape) {
   if (!p.defined()) return;
@@ -89,7 +76,7 @@ void check_param(const Tensor& p, const char* name, const Shape& normalized_shap
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  OpRange range(op);
+  NvtxRange range(op);
   require_defined(op, x);
   Device dev = common_device(op, {x, weight, bias});
   if (!is_floating_point(x.dtype()))
@@ -127,10 +114,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     rs = empty({rows}, {.dtype = stat, .device = dev});
     if (out.numel() > 0) {
       backend::Operand wo, bo;
-      if (wc.defined()) wo = backend::operand(wc.view({cols}), op);
-      if (bc.defined()) bo = backend::operand(bc.view({cols}), op);
-      backend::backend_for(dev).layer_norm(backend::operand(out.view({rows, cols}), op), backend::operand(mu, op),
-                                           backend::operand(rs, op), backend::operand(xc.view({rows, cols}), op),
+      if (wc.defined()) wo = backend::input(wc.view({cols}), op);
+      if (bc.defined()) bo = backend::input(bc.view({cols}), op);
+      backend::backend_for(dev).layer_norm(backend::output(out.view({rows, cols}), op), backend::output(mu, op),
+                                           backend::output(rs, op), backend::input(xc.view({rows, cols}), op),
                                            wc.defined() ? &wo : nullptr, bc.defined() ? &bo : nullptr, eps);
     } else if (rows > 0) {
       // cols == 0: the output is empty and nothing reads the statistics; zero them rather
@@ -139,9 +126,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       rs.fill_(0.0);
     }
   }
-  if (!autograd::any_requires_grad({x, weight, bias})) return out;
-  auto node = std::make_shared<LayerNormBackward>(x, weight, bias, mu, rs, normalized_shape, rows, cols, eps);
-  autograd::connect(node, {x, weight, bias}, {out});
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    LayerNormInputs in{normalized_shape, x.shape(), x.dtype(), weight.defined() ? weight.dtype() : x.dtype(),
+                       bias.defined() ? bias.dtype() : x.dtype(), rows, cols, eps};
+    autograd::record("LayerNormBackward", {x, weight, bias}, {out}, {x, weight, mu, rs},
+                     [in = std::move(in)](const autograd::Backward& c) {
+                       return layer_norm_rule(c, in, c.saved(0), c.saved(1), c.saved(2), c.saved(3));
+                     });
+  }
   return out;
 }
 

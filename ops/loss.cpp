@@ -146,102 +146,76 @@ Tensor softplus_neg(const Tensor& x) { return add(log1p(exp(neg(abs(x)))), relu(
 //   dl/dx = L sigmoid(x) - p t   (sigmoid(x) - t without pos_weight)
 //   dl/dt = -x + (p - 1) softplus(-x)
 //   dl/dp = t softplus(-x)
-class BceWithLogitsBackward final : public autograd::Node {
-public:
-  BceWithLogitsBackward(const Tensor& x, const Tensor& t, const Tensor& p, Reduction reduction)
-      : x_(x), t_(t), p_(p), reduction_(reduction), shape_(x.shape()), x_dtype_(x.dtype()), t_dtype_(t.dtype()),
-        p_dtype_(p.defined() ? p.dtype() : x.dtype()), p_shape_(p.defined() ? p.shape() : Shape{}) {}
-
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    Tensor x = x_.unpack(*this), t = t_.unpack(*this), p = p_.unpack(*this);
-    const DType c = promote_types(x.dtype(), p.defined() ? promote_types(t.dtype(), p.dtype()) : t.dtype());
-    x = as_dtype(x, c);
-    t = as_dtype(t, c);
-    if (p.defined()) p = as_dtype(p, c);
-    Tensor g = as_dtype(grads[0], c);
-    std::int64_t n = 1;
-    for (auto s : shape_) n *= s;
-    switch (reduction_) {
-      case Reduction::none: break;
-      case Reduction::sum: g = g.expand(shape_); break;
-      case Reduction::mean: g = div(g, static_cast<double>(n)).expand(shape_); break;
-    }
-    Tensor dx, dt, dp;
-    if (next_edges[0].defined()) {
-      Tensor s = sigmoid(x);
-      Tensor d = p.defined() ? sub(mul(add(mul(sub(p, 1.0), t), 1.0), s), mul(p, t)) : sub(s, t);
-      dx = as_dtype(mul(g, d), x_dtype_);
-    }
-    const bool want_t = next_edges[1].defined(), want_p = next_edges.size() > 2 && next_edges[2].defined();
-    if (want_t || want_p) {
-      Tensor sp = softplus_neg(x);
-      if (want_t) {
-        Tensor d = p.defined() ? add(neg(x), mul(sub(p, 1.0), sp)) : neg(x);
-        dt = as_dtype(mul(g, d), t_dtype_);
-      }
-      if (want_p) dp = as_dtype(sum_to_size(mul(g, mul(t, sp)), p_shape_), p_dtype_);
-    }
-    return {dx, dt, dp};
-  }
-  std::string name() const override { return "BinaryCrossEntropyWithLogitsBackward"; }
-  void release_saved() override { x_.reset(), t_.reset(), p_.reset(); }
-
-private:
-  autograd::SavedTensor x_, t_, p_;
-  Reduction reduction_;
-  Shape shape_;
-  DType x_dtype_, t_dtype_, p_dtype_;
-  Shape p_shape_;
+// Shapes and dtypes of the inputs (the gradients are returned in them).
+struct BceInputs {
+  Shape shape, p_shape;
+  DType x_dtype, t_dtype, p_dtype;
+  Reduction reduction;
 };
+
+autograd::Grads bce_with_logits_rule(const autograd::Backward& c, const BceInputs& in, Tensor x, Tensor t, Tensor p) {
+  const DType dt = promote_types(x.dtype(), p.defined() ? promote_types(t.dtype(), p.dtype()) : t.dtype());
+  x = as_dtype(x, dt);
+  t = as_dtype(t, dt);
+  if (p.defined()) p = as_dtype(p, dt);
+  Tensor g = as_dtype(c.grad(), dt);
+  std::int64_t n = 1;
+  for (auto s : in.shape) n *= s;
+  switch (in.reduction) {
+    case Reduction::none: break;
+    case Reduction::sum: g = g.expand(in.shape); break;
+    case Reduction::mean: g = div(g, static_cast<double>(n)).expand(in.shape); break;
+  }
+  Tensor dx, dtg, dp;
+  if (c.needs(0)) {
+    Tensor s = sigmoid(x);
+    Tensor d = p.defined() ? sub(mul(add(mul(sub(p, 1.0), t), 1.0), s), mul(p, t)) : sub(s, t);
+    dx = as_dtype(mul(g, d), in.x_dtype);
+  }
+  if (c.needs(1) || c.needs(2)) {
+    Tensor sp = softplus_neg(x);
+    if (c.needs(1)) dtg = as_dtype(mul(g, p.defined() ? add(neg(x), mul(sub(p, 1.0), sp)) : neg(x)), in.t_dtype);
+    if (c.needs(2)) dp = as_dtype(sum_to_size(mul(g, mul(t, sp)), in.p_shape), in.p_dtype);
+  }
+  return {dx, dtg, dp};
+}
 
 // --- cross_entropy (fused) --------------------------------------------------------------
 
-// The gradient of the fused cross entropy w.r.t. its [rows, C] logits. Under create_graph it
-// is built from recorded ops (softmax, where) so that it can be differentiated again.
-class CrossEntropyBackward final : public autograd::Node {
-public:
-  CrossEntropyBackward(const Tensor& x, const Tensor& target, const Tensor& lse, const Tensor& count,
-                       const CrossEntropyOptions& o)
-      : x_(x), target_(target), lse_(lse), count_(count), options_(o) {}
-
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    Tensor x = x_.unpack(*this), t = target_.unpack(*this), lse = lse_.unpack(*this), count = count_.unpack(*this);
-    const bool per_row = options_.reduction == Reduction::none;
-    const std::int64_t rows = x.size(0), classes = x.size(1);
-    Tensor g = per_row ? grads[0].reshape({rows}) : grads[0];
-    if (autograd::is_grad_enabled()) {
-      const double e = options_.label_smoothing;
-      Tensor onehot = eq(arange(classes, {.dtype = t.dtype(), .device = x.device()}).view({1, classes}), t.view({rows, 1}));
-      Tensor d = sub(sub(softmax(x, 1), mul(onehot.to(x.dtype()), 1.0 - e)), e / static_cast<double>(classes));
-      // count clamped to 1: with every target ignored, g / 0 = inf would turn the masked rows'
-      // second derivative into 0 * inf = NaN (mask the input, not the output).
-      Tensor scale = per_row ? g.view({rows, 1}) : (count.defined() ? div(g, clamp_min(count, 1.0)) : g);
-      Tensor gx = where(ne(t, Scalar(options_.ignore_index)).view({rows, 1}), mul(d, scale), 0.0);
-      return {as_dtype(gx, x.dtype())};  // count is f32: keep bf16/f16 gradients in their dtype
-    }
-    Tensor ga = as_dtype(g, lse.dtype()).contiguous();
-    Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-    std::optional<backend::Operand> count_op;
-    if (count.defined()) count_op = backend::operand(count, "cross_entropy");
-    backend::backend_for(x.device())
-        .cross_entropy_backward(backend::operand(gx, "cross_entropy"), backend::operand(x, "cross_entropy"),
-                                backend::operand(lse, "cross_entropy"), backend::operand(t, "cross_entropy"),
-                                backend::operand(ga, "cross_entropy"), per_row, count_op ? &*count_op : nullptr,
-                                options_.ignore_index, options_.label_smoothing);
-    return {gx};
+// The gradient of the fused cross entropy w.r.t. its [rows, C] logits: the fused gradient
+// kernel, or under create_graph built from recorded ops (softmax, where) so that it can be
+// differentiated again.
+Tensor cross_entropy_rule(const Tensor& grad, const Tensor& x, const Tensor& t, const Tensor& lse, const Tensor& count,
+                          const CrossEntropyOptions& o) {
+  const bool per_row = o.reduction == Reduction::none;
+  const std::int64_t rows = x.size(0), classes = x.size(1);
+  Tensor g = per_row ? grad.reshape({rows}) : grad;
+  if (autograd::is_grad_enabled()) {
+    const double e = o.label_smoothing;
+    Tensor onehot = eq(arange(classes, {.dtype = t.dtype(), .device = x.device()}).view({1, classes}), t.view({rows, 1}));
+    Tensor d = sub(sub(softmax(x, 1), mul(onehot.to(x.dtype()), 1.0 - e)), e / static_cast<double>(classes));
+    // count clamped to 1: with every target ignored, g / 0 = inf would turn the masked rows'
+    // second derivative into 0 * inf = NaN (mask the input, not the output).
+    Tensor scale = per_row ? g.view({rows, 1}) : (count.defined() ? div(g, clamp_min(count, 1.0)) : g);
+    Tensor gx = where(ne(t, Scalar(o.ignore_index)).view({rows, 1}), mul(d, scale), 0.0);
+    return as_dtype(gx, x.dtype());  // count is f32: keep bf16/f16 gradients in their dtype
   }
-  std::string name() const override { return "CrossEntropyBackward"; }
-  void release_saved() override { x_.reset(), target_.reset(), lse_.reset(), count_.reset(); }
-
-private:
-  autograd::SavedTensor x_, target_, lse_, count_;
-  CrossEntropyOptions options_;
-};
+  constexpr const char* op = "cross_entropy";
+  Tensor ga = as_dtype(g, lse.dtype()).contiguous();
+  Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  std::optional<backend::Operand> count_op;
+  if (count.defined()) count_op = backend::input(count, op);
+  backend::backend_for(x.device())
+      .cross_entropy_backward(backend::output(gx, op), backend::input(x, op), backend::input(lse, op),
+                              backend::input(t, op), backend::input(ga, op), per_row,
+                              count_op ? &*count_op : nullptr, o.ignore_index, o.label_smoothing);
+  return gx;
+}
 
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options) {
-  OpRange range("nll_loss");
+  NvtxRange range("nll_loss");
   if (options.label_smoothing != 0)
     throw Error(ErrorKind::value, "nll_loss: label_smoothing must be 0 (it is an option of cross_entropy), got " +
                                       number_text(options.label_smoothing));
@@ -250,7 +224,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptio
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
-  OpRange range("cross_entropy");
+  NvtxRange range("cross_entropy");
   check_targets("cross_entropy", logits, target, options);
   // Logits as [rows, C]: the class dim moved last and made contiguous. These are recorded
   // ops, so the fused node below connects to `x` and their backward reaches `logits`.
@@ -273,8 +247,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
   Tensor losses = empty({2, rows}, {.dtype = acc, .device = dev});
   Tensor lse = empty({rows}, {.dtype = acc, .device = dev});
   backend::backend_for(dev).cross_entropy_forward(
-      backend::operand(losses, "cross_entropy"), backend::operand(lse, "cross_entropy"),
-      backend::operand(x, "cross_entropy"), backend::operand(t, "cross_entropy"), options.ignore_index,
+      backend::output(losses, "cross_entropy"), backend::output(lse, "cross_entropy"),
+      backend::input(x, "cross_entropy"), backend::input(t, "cross_entropy"), options.ignore_index,
       options.label_smoothing);
   Tensor out, count;
   switch (options.reduction) {
@@ -290,12 +264,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
   }
   out = as_dtype(out, logits.dtype());
   if (record)
-    autograd::connect(std::make_shared<CrossEntropyBackward>(x, t, lse, count, options), {x}, {out});
+    autograd::record("CrossEntropyBackward", {x}, {out}, {x, t, lse, count}, [options](const autograd::Backward& c) {
+      return autograd::Grads{cross_entropy_rule(c.grad(), c.saved(0), c.saved(1), c.saved(2), c.saved(3), options)};
+    });
   return out;
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  OpRange range("mse_loss");
+  NvtxRange range("mse_loss");
   require_defined("mse_loss", input, "input");
   require_defined("mse_loss", target, "target");
   common_device("mse_loss", {input, target});
@@ -311,7 +287,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
                                         const Tensor& pos_weight) {
   constexpr const char* name = "binary_cross_entropy_with_logits";
-  OpRange range(name);
+  NvtxRange range(name);
   require_defined(name, logits, "input");
   require_defined(name, target, "target");
   common_device(name, {logits, target, pos_weight});
@@ -342,9 +318,14 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
     }
     out = reduce_loss(loss, reduction);
   }
-  if (!autograd::any_requires_grad({logits, target, pos_weight})) return out;
-  auto node = std::make_shared<BceWithLogitsBackward>(logits, target, pos_weight, reduction);
-  autograd::connect(node, {logits, target, pos_weight}, {out});
+  if (autograd::any_requires_grad({logits, target, pos_weight})) {
+    BceInputs in{logits.shape(), pos_weight.defined() ? pos_weight.shape() : Shape{}, logits.dtype(), target.dtype(),
+                 pos_weight.defined() ? pos_weight.dtype() : logits.dtype(), reduction};
+    autograd::record("BinaryCrossEntropyWithLogitsBackward", {logits, target, pos_weight}, {out},
+                     {logits, target, pos_weight}, [in = std::move(in)](const autograd::Backward& c) {
+                       return bce_with_logits_rule(c, in, c.saved(0), c.saved(1), c.saved(2));
+                     });
+  }
   return out;
 }
 

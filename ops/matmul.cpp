@@ -160,7 +160,7 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
   args.dtype = a.dtype();
   args.device = dev.is_cuda() ? dev.index() : -1;
   args.allow_tf32 = tf32_allowed.load(std::memory_order_relaxed);
-  args.c = out.data_ptr();
+  args.c = backend::output_data(out, "matmul");
   args.k = p.k;
   args.n = p.n;
 
@@ -173,11 +173,11 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
       Operand ob = gemm_operand(B, {}, p.k, p.n);
       args.batch = 1;
       args.m = batch * p.m;
-      args.a = A.data_ptr();
+      args.a = backend::input_data(A, "matmul");
       args.a_batch_stride = 0;
       args.a_row_stride = *rows;
       args.a_col_stride = 1;
-      args.b = ob.t.data_ptr();
+      args.b = backend::input_data(ob.t, "matmul");
       args.b_batch_stride = 0;
       args.b_row_stride = ob.row_stride;
       args.b_col_stride = ob.col_stride;
@@ -190,11 +190,11 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
     Operand ob = gemm_operand(B, p.batch, p.k, p.n);
     args.batch = batch;
     args.m = p.m;
-    args.a = oa.t.data_ptr();
+    args.a = backend::input_data(oa.t, "matmul");
     args.a_batch_stride = oa.batch_stride;
     args.a_row_stride = oa.row_stride;
     args.a_col_stride = oa.col_stride;
-    args.b = ob.t.data_ptr();
+    args.b = backend::input_data(ob.t, "matmul");
     args.b_batch_stride = ob.batch_stride;
     args.b_row_stride = ob.row_stride;
     args.b_col_stride = ob.col_stride;
@@ -203,52 +203,45 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const Plan& p) {
   return out.view(p.out_shape);
 }
 
-class MatmulBackward final : public autograd::Node {
-public:
-  MatmulBackward(const Tensor& a, const Tensor& b, Plan plan) : a_(a), b_(b), plan_(std::move(plan)) {}
-
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    const Plan& p = plan_;
-    Tensor a = a_.unpack(*this), b = b_.unpack(*this);
-    Tensor A = a.dim() == 1 ? a.unsqueeze(0) : a;    // [..., m, k]
-    Tensor B = b.dim() == 1 ? b.unsqueeze(-1) : b;   // [..., k, n]
-    Shape full = p.batch;
-    full.push_back(p.m);
-    full.push_back(p.n);
-    Tensor g = grads[0].shape() == full ? grads[0] : grads[0].reshape(full);  // [batch..., m, n]
-    Tensor ga, gb;
-    if (next_edges[0].defined()) {
-      Tensor r = matmul(g, B.transpose(-1, -2));  // [batch..., m, k]
-      if (r.shape() != p.a_full) r = sum_to_size(r, p.a_full);
-      ga = r.shape() == a.shape() ? r : r.reshape(a.shape());
-    }
-    if (next_edges[1].defined()) {
-      Tensor r;
-      if (B.dim() == 2 && g.dim() > 2) {
-        // sum over the batch of A[i]^T g[i] = (A's rows stacked)^T (g's rows stacked).
-        r = matmul(A.reshape({-1, p.k}).t(), g.reshape({-1, p.n}));  // [k, n]
-      } else {
-        r = matmul(A.transpose(-1, -2), g);  // [batch..., k, n]
-        if (r.shape() != p.b_full) r = sum_to_size(r, p.b_full);
-      }
-      gb = r.shape() == b.shape() ? r : r.reshape(b.shape());
-    }
-    return {ga, gb};
+// grad_a = g @ b^T, grad_b = a^T @ g, summed over the broadcast batch dims and reshaped to
+// the operands' (1-D operands included).
+autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Tensor& a, const Tensor& b) {
+  Tensor A = a.dim() == 1 ? a.unsqueeze(0) : a;   // [..., m, k]
+  Tensor B = b.dim() == 1 ? b.unsqueeze(-1) : b;  // [..., k, n]
+  Shape full = p.batch;
+  full.push_back(p.m);
+  full.push_back(p.n);
+  Tensor g = c.grad().shape() == full ? c.grad() : c.grad().reshape(full);  // [batch..., m, n]
+  Tensor ga, gb;
+  if (c.needs(0)) {
+    Tensor r = matmul(g, B.transpose(-1, -2));  // [batch..., m, k]
+    if (r.shape() != p.a_full) r = sum_to_size(r, p.a_full);
+    ga = r.shape() == a.shape() ? r : r.reshape(a.shape());
   }
-  std::string name() const override { return "MatmulBackward"; }
-  void release_saved() override { a_.reset(), b_.reset(); }
-
-private:
-  autograd::SavedTensor a_, b_;
-  Plan plan_;
-};
+  if (c.needs(1)) {
+    Tensor r;
+    if (B.dim() == 2 && g.dim() > 2) {
+      // sum over the batch of A[i]^T g[i] = (A's rows stacked)^T (g's rows stacked).
+      r = matmul(A.reshape({-1, p.k}).t(), g.reshape({-1, p.n}));  // [k, n]
+    } else {
+      r = matmul(A.transpose(-1, -2), g);  // [batch..., k, n]
+      if (r.shape() != p.b_full) r = sum_to_size(r, p.b_full);
+    }
+    gb = r.shape() == b.shape() ? r : r.reshape(b.shape());
+  }
+  return {ga, gb};
+}
 
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  NvtxRange range("matmul");
   Plan p = make_plan(a, b);
   Tensor out = matmul_forward(a, b, p);
-  if (autograd::any_requires_grad({a, b})) autograd::connect(std::make_shared<MatmulBackward>(a, b, std::move(p)), {a, b}, {out});
+  if (autograd::any_requires_grad({a, b}))
+    autograd::record("MatmulBackward", {a, b}, {out}, {a, b}, [p = std::move(p)](const autograd::Backward& c) {
+      return matmul_rule(c, p, c.saved(0), c.saved(1));
+    });
   return out;
 }
 

@@ -15,13 +15,6 @@ namespace brrr {
 
 using namespace ops_detail;
 
-namespace ops_detail {  // ops/conv.cpp
-std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d);
-backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
-                         std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s, std::int64_t out_h,
-                         std::int64_t out_w);
-Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value);
-}  // namespace ops_detail
 
 namespace {
 
@@ -88,14 +81,14 @@ Tensor finish(const Pool& pool, const Tensor& per_plane /* [planes, L] */) {
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
-  OpRange range("max_pool2d");
+  NvtxRange range("max_pool2d");
   Pool pool = prepare("max_pool2d", x, options, true);
   Tensor cols = unfold_with_pad(pool.x4, pool.g, -std::numeric_limits<double>::infinity());  // [planes, kh*kw, L]
   return finish(pool, max(cols, 1).values);
 }
 
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
-  OpRange range("avg_pool2d");
+  NvtxRange range("avg_pool2d");
   if (options.dilation != std::array<std::int64_t, 2>{1, 1})
     throw Error(ErrorKind::value, "avg_pool2d: dilation is not supported (as in PyTorch)");
   Pool pool = prepare("avg_pool2d", x, options, false);
@@ -125,7 +118,7 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_size) {
-  OpRange range("adaptive_avg_pool2d");
+  NvtxRange range("adaptive_avg_pool2d");
   require_defined("adaptive_avg_pool2d", x);
   if (x.dim() != 3 && x.dim() != 4)
     throw Error(ErrorKind::shape, "adaptive_avg_pool2d: expected a 3-D or 4-D input, got " + describe(x));

@@ -1,5 +1,5 @@
 // Reductions: sum, mean, max/min (all elements, along a dim with indices, amax/amin over
-// dims), argmax/argmin, var, std, logsumexp, sum_to_size.
+// dims), argmax/argmin, var, std, logsumexp. (sum_to_size, expand's adjoint, is in tensor/views.cpp.)
 // Forward: one backend reduce over a dims bitmask into a keepdim-shaped output (the
 // reduced dims dropped afterwards by a view). Backward: Tensor ops (so create_graph works):
 // sum expands the gradient back; mean divides it by N; max/min along a dim send it to the
@@ -13,6 +13,7 @@ module;
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 module brrr.ops;
 import brrr.tensor;
@@ -50,8 +51,8 @@ Tensor reduce_forward(const char* name, ReduceOp op, const Tensor& x, std::uint3
   if (indices) *indices = empty(kshape, {.dtype = DType::i64, .device = x.device()});
   if (out.numel() == 0) return out;
   backend::Operand idx;
-  if (indices) idx = backend::operand(*indices, name);
-  backend::backend_for(x.device()).reduce(op, backend::operand(out, name), backend::operand(x, name), mask,
+  if (indices) idx = backend::output(*indices, name);
+  backend::backend_for(x.device()).reduce(op, backend::output(out, name), backend::input(x, name), mask,
                                           indices ? &idx : nullptr);
   return out;
 }
@@ -65,6 +66,16 @@ Tensor finish(const Tensor& kept, const Shape& in_shape, std::uint32_t mask, boo
 
 DType sum_dtype(DType in) { return is_floating_point(in) ? in : DType::i64; }
 
+// "maxBackward", ...: the node names of the public ops.
+const char* backward_name(const char* op) {
+  const std::string_view n = op;
+  if (n == "max") return "maxBackward";
+  if (n == "min") return "minBackward";
+  if (n == "amax") return "amaxBackward";
+  if (n == "amin") return "aminBackward";
+  return "extremeBackward";  // argmax/argmin record nothing
+}
+
 // Max/min need at least one element in every reduction.
 void require_nonempty(const char* name, const Tensor& x, std::uint32_t mask) {
   for (std::int64_t d = 0; d < x.dim(); ++d)
@@ -74,132 +85,72 @@ void require_nonempty(const char* name, const Tensor& x, std::uint32_t mask) {
                                         "): the extreme of zero elements is undefined");
 }
 
-// --- backward nodes ------------------------------------------------------------------------
+// --- backward rules ------------------------------------------------------------------------
 
-// sum: the gradient, unsqueezed back to the input's rank, expanded to its shape.
-class SumBackward final : public autograd::Node {
-public:
-  SumBackward(const Shape& in_shape, std::uint32_t mask, bool keepdim, double scale)
-      : in_shape_(in_shape), mask_(mask), keepdim_(keepdim), scale_(scale) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    Tensor gk = g[0];
-    if (scale_ != 1) gk = div(gk, scale_);
-    gk = unsqueeze_reduced(gk, mask_, static_cast<std::int64_t>(in_shape_.size()), keepdim_);
-    return {gk.expand(in_shape_)};
-  }
-  std::string name() const override { return scale_ == 1 ? "SumBackward" : "MeanBackward"; }
+using autograd::Backward;
+using autograd::Grads;
 
-private:
-  Shape in_shape_;
-  std::uint32_t mask_;
-  bool keepdim_;
-  double scale_;  // mean: N (the gradient is divided by it)
-};
+// sum (mean: scaled by 1 / N): the gradient, unsqueezed back to the input's rank, expanded
+// to its shape.
+void record_sum(const char* name, const Tensor& x, const Tensor& out, std::uint32_t mask, bool keepdim, double n) {
+  autograd::record(name, {x}, {out}, [shape = x.shape(), mask, keepdim, n](const Backward& b) {
+    Tensor gk = n != 1 ? div(b.grad(), n) : b.grad();
+    return Grads{unsqueeze_reduced(gk, mask, static_cast<std::int64_t>(shape.size()), keepdim).expand(shape)};
+  });
+}
 
 // max()/min()/amax/amin: the gradient is shared evenly by the elements equal to the result
 // (by the NaNs when the result is NaN).
-class ExtremeBackward final : public autograd::Node {
-public:
-  ExtremeBackward(const Tensor& x, const Tensor& result_kept, std::uint32_t mask, bool keepdim, const char* name)
-      : x_(x), result_(result_kept), mask_(mask), keepdim_(keepdim), name_(name) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    Tensor x = x_.unpack(*this), r = result_.unpack(*this);
-    std::int64_t nd = x.dim();
-    Tensor gk = unsqueeze_reduced(g[0], mask_, nd, keepdim_);
+void record_extreme(const char* name, const Tensor& x, const Tensor& kept, const Tensor& out, std::uint32_t mask,
+                    bool keepdim) {
+  autograd::record(name, {x}, {out}, {x, kept}, [mask, keepdim](const Backward& b) {
+    Tensor x = b.saved(0), r = b.saved(1);
+    const std::int64_t nd = x.dim();
+    Tensor gk = unsqueeze_reduced(b.grad(), mask, nd, keepdim);
     Tensor hit = where(ne(r, r), ne(x, x), eq(x, r));  // r is NaN ? x is NaN : x == r
-    Tensor count = sum(hit, dims_of(mask_, nd), true).to(gk.dtype());
-    return {mul(hit.to(gk.dtype()), div(gk, count))};
-  }
-  std::string name() const override { return name_ + "Backward"; }
-  void release_saved() override { x_.reset(), result_.reset(); }
-
-private:
-  autograd::SavedTensor x_, result_;
-  std::uint32_t mask_;
-  bool keepdim_;
-  std::string name_;
-};
+    Tensor count = sum(hit, dims_of(mask, nd), true).to(gk.dtype());
+    return Grads{mul(hit.to(gk.dtype()), div(gk, count))};
+  });
+}
 
 // max/min along a dim: the gradient goes to the returned index only.
-class IndexedExtremeBackward final : public autograd::Node {
-public:
-  IndexedExtremeBackward(const Shape& in_shape, const Tensor& indices_kept, std::int64_t dim, bool keepdim,
-                         const char* name)
-      : in_shape_(in_shape), indices_(indices_kept), dim_(dim), keepdim_(keepdim), name_(name) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    if (in_shape_.empty()) return {g[0]};  // a 0-d input is its own max
-    Tensor idx = indices_.unpack(*this);
-    Tensor gk = keepdim_ ? g[0] : g[0].unsqueeze(dim_);
-    Shape line(in_shape_.size(), 1);
-    line[static_cast<std::size_t>(dim_)] = in_shape_[static_cast<std::size_t>(dim_)];
-    Tensor positions = arange(line[static_cast<std::size_t>(dim_)], {.dtype = DType::i64, .device = gk.device()});
+void record_indexed_extreme(const char* name, const Tensor& x, const Tensor& indices_kept, const Tensor& values,
+                            std::int64_t dim, bool keepdim) {
+  autograd::record(name, {x}, {values}, {indices_kept}, [shape = x.shape(), dim, keepdim](const Backward& b) {
+    if (shape.empty()) return Grads{b.grad()};  // a 0-d input is its own max
+    Tensor idx = b.saved(0);
+    Tensor gk = keepdim ? b.grad() : b.grad().unsqueeze(dim);
+    Shape line(shape.size(), 1);
+    line[static_cast<std::size_t>(dim)] = shape[static_cast<std::size_t>(dim)];
+    Tensor positions = arange(line[static_cast<std::size_t>(dim)], {.dtype = DType::i64, .device = gk.device()});
     Tensor chosen = eq(positions.view(line), idx);  // broadcasts to the input's shape
-    return {where(chosen, gk, 0.0).expand(in_shape_)};
-  }
-  std::string name() const override { return name_ + "Backward"; }
-  void release_saved() override { indices_.reset(); }
-
-private:
-  Shape in_shape_;
-  autograd::SavedTensor indices_;
-  std::int64_t dim_;
-  bool keepdim_;
-  std::string name_;
-};
+    return Grads{where(chosen, gk, 0.0).expand(shape)};
+  });
+}
 
 // var: PyTorch's var_backward. dof = N - correction. dof > 0: 2 / dof * g * (x - mean).
 // dof <= 0 over all dims: g * (x == mean ? NaN : inf). dof <= 0 over given dims: the same
 // formula with 2 / dof (inf for dof = 0, negative for dof < 0), as PyTorch computes it.
-class VarBackward final : public autograd::Node {
-public:
-  VarBackward(const Tensor& x, std::uint32_t mask, bool keepdim, double dof, bool all_dims)
-      : x_(x), mask_(mask), keepdim_(keepdim), dof_(dof), all_dims_(all_dims) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    Tensor x = x_.unpack(*this);
+void record_var(const Tensor& x, const Tensor& out, std::uint32_t mask, bool keepdim, double dof, bool all_dims) {
+  autograd::record("VarBackward", {x}, {out}, {x}, [mask, keepdim, dof, all_dims](const Backward& b) {
+    Tensor x = b.saved(0);
     const std::int64_t nd = x.dim();
-    Tensor gk = unsqueeze_reduced(g[0], mask_, nd, keepdim_);
-    Tensor m = mean(x, dims_of(mask_, nd), true);
+    Tensor gk = unsqueeze_reduced(b.grad(), mask, nd, keepdim);
+    Tensor m = mean(x, dims_of(mask, nd), true);
     constexpr double inf = std::numeric_limits<double>::infinity();
-    if (all_dims_ && dof_ <= 0)
-      return {mul(gk, where(eq(x, m), full_like(x, std::numeric_limits<double>::quiet_NaN()), inf))};
-    const double factor = dof_ == 0 ? inf : 2.0 / dof_;
-    return {mul(mul(gk, sub(x, m)), factor)};
-  }
-  std::string name() const override { return "VarBackward"; }
-  void release_saved() override { x_.reset(); }
-
-private:
-  autograd::SavedTensor x_;
-  std::uint32_t mask_;
-  bool keepdim_;
-  double dof_;
-  bool all_dims_;
-};
-
-class SumToSizeBackward final : public autograd::Node {
-public:
-  explicit SumToSizeBackward(const Shape& in_shape) : in_shape_(in_shape) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override {
-    if (!g[0].defined()) return {Tensor()};
-    return {g[0].expand(in_shape_)};
-  }
-  std::string name() const override { return "SumToSizeBackward"; }
-
-private:
-  Shape in_shape_;
-};
+    if (all_dims && dof <= 0)
+      return Grads{mul(gk, where(eq(x, m), full_like(x, std::numeric_limits<double>::quiet_NaN()), inf))};
+    const double factor = dof == 0 ? inf : 2.0 / dof;
+    return Grads{mul(mul(gk, sub(x, m)), factor)};
+  });
+}
 
 // --- ops -------------------------------------------------------------------------------------
 
 Tensor sum_mask(const char* name, const Tensor& x, std::uint32_t mask, bool keepdim) {
   Tensor kept = reduce_forward(name, ReduceOp::sum, x, mask, sum_dtype(x.dtype()));
   Tensor out = finish(kept, x.shape(), mask, keepdim);
-  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<SumBackward>(x.shape(), mask, keepdim, 1.0), {x}, {out});
+  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype())) record_sum("SumBackward", x, out, mask, keepdim, 1.0);
   return out;
 }
 
@@ -209,7 +160,7 @@ Tensor extreme(const char* name, ReduceOp op, const Tensor& x, std::uint32_t mas
   Tensor kept = reduce_forward(name, op, x, mask, x.dtype());
   Tensor out = finish(kept, x.shape(), mask, keepdim);
   if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<ExtremeBackward>(x, kept, mask, keepdim, name), {x}, {out});
+    record_extreme(backward_name(name), x, kept, out, mask, keepdim);
   return out;
 }
 
@@ -234,7 +185,7 @@ ValuesIndices extreme_dim(const char* name, ReduceOp op, const Tensor& x, std::i
     r = {finish(kept, x.shape(), mask, keepdim), finish(idx, x.shape(), mask, keepdim)};
   }
   if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<IndexedExtremeBackward>(x.shape(), idx, d, keepdim, name), {x}, {r.values});
+    record_indexed_extreme(backward_name(name), x, idx, r.values, d, keepdim);
   return r;
 }
 
@@ -253,11 +204,13 @@ Tensor arg_all(const char* name, ReduceOp op, const Tensor& x) {
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("sum");
   require_defined("sum", x);
   return sum_mask("sum", x, dims_mask("sum", dims, x.shape()), keepdim);
 }
 
 Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("mean");
   require_defined("mean", x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "mean: expected a floating-point input, got " + describe(x) +
@@ -274,53 +227,63 @@ Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
     if (half_like) m = m.to(x.dtype());
     out = finish(m, x.shape(), mask, keepdim);
   }
-  if (autograd::any_requires_grad({x}))
-    autograd::connect(std::make_shared<SumBackward>(x.shape(), mask, keepdim, n), {x}, {out});
+  if (autograd::any_requires_grad({x})) record_sum("MeanBackward", x, out, mask, keepdim, n);
   return out;
 }
 
 Tensor max(const Tensor& x) {
+  NvtxRange range("max");
   require_defined("max", x);
   return extreme("max", ReduceOp::max, x, dims_mask("max", {}, x.shape()), false);
 }
 
 Tensor min(const Tensor& x) {
+  NvtxRange range("min");
   require_defined("min", x);
   return extreme("min", ReduceOp::min, x, dims_mask("min", {}, x.shape()), false);
 }
 
 Tensor amax(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("amax");
   require_defined("amax", x);
   return extreme("amax", ReduceOp::max, x, dims_mask("amax", dims, x.shape()), keepdim);
 }
 
 Tensor amin(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("amin");
   require_defined("amin", x);
   return extreme("amin", ReduceOp::min, x, dims_mask("amin", dims, x.shape()), keepdim);
 }
 
 ValuesIndices max(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NvtxRange range("max");
   return extreme_dim("max", ReduceOp::max, x, dim, keepdim);
 }
 
 ValuesIndices min(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NvtxRange range("min");
   return extreme_dim("min", ReduceOp::min, x, dim, keepdim);
 }
 
-Tensor argmax(const Tensor& x) { return arg_all("argmax", ReduceOp::max, x); }
-Tensor argmin(const Tensor& x) { return arg_all("argmin", ReduceOp::min, x); }
+Tensor argmax(const Tensor& x) {
+  NvtxRange range("argmax"); return arg_all("argmax", ReduceOp::max, x); }
+Tensor argmin(const Tensor& x) {
+  NvtxRange range("argmin"); return arg_all("argmin", ReduceOp::min, x); }
 
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NvtxRange range("argmax");
   NoGradGuard no_grad;
   return extreme_dim("argmax", ReduceOp::max, x, dim, keepdim).indices;
 }
 
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NvtxRange range("argmin");
   NoGradGuard no_grad;
   return extreme_dim("argmin", ReduceOp::min, x, dim, keepdim).indices;
 }
 
 Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
+  NvtxRange range("var");
   require_defined("var", x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "var: expected a floating-point input, got " + describe(x));
@@ -340,13 +303,12 @@ Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
     // (one element, or all equal) and inf otherwise.
     out = div(sum(mul(centered, centered), rdims, keepdim), dof > 0 ? dof : 0.0);
   }
-  if (autograd::any_requires_grad({x}))
-    autograd::connect(std::make_shared<VarBackward>(x, mask, keepdim, dof, dims.empty() || x.dim() == 0), {x},
-                      {out});
+  if (autograd::any_requires_grad({x})) record_var(x, out, mask, keepdim, dof, dims.empty() || x.dim() == 0);
   return out;
 }
 
 Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
+  NvtxRange range("std");
   require_defined("std", x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, "std: expected a floating-point input, got " + describe(x));
@@ -358,6 +320,7 @@ Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
 }
 
 Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("logsumexp");
   require_defined("logsumexp", x);
   std::uint32_t mask = dims_mask("logsumexp", dims, x.shape());
   if (!is_floating_point(x.dtype())) {  // integers and bool: in f32 (PyTorch), not differentiable
@@ -384,38 +347,6 @@ Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) 
     shift_out = finish(shift, x.shape(), mask, keepdim);
   }
   return add(log(s), shift_out);
-}
-
-Tensor sum_to_size(const Tensor& x, const Shape& shape) {
-  require_defined("sum_to_size", x);
-  const Shape& in = x.shape();
-  auto not_expandable = [&] {
-    return Error(ErrorKind::shape, "sum_to_size: size " + to_string(shape) + " is not expandable to size " +
-                                       to_string(in) + " of the input");
-  };
-  if (in.size() > 32) throw Error(ErrorKind::shape, "sum_to_size: more than 32 dims");
-  if (shape.size() > in.size()) throw not_expandable();
-  std::size_t lead = in.size() - shape.size();
-  std::uint32_t mask = 0;
-  for (std::size_t d = 0; d < in.size(); ++d) {
-    if (d < lead) {
-      mask |= 1u << d;
-      continue;
-    }
-    std::int64_t want = shape[d - lead];
-    if (want == in[d]) continue;
-    if (want != 1) throw not_expandable();
-    mask |= 1u << d;
-  }
-  if (mask == 0) return x;
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = reduce_forward("sum_to_size", ReduceOp::sum, x, mask, sum_dtype(x.dtype())).view(shape);
-  }
-  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::connect(std::make_shared<SumToSizeBackward>(in), {x}, {out});
-  return out;
 }
 
 }  // namespace brrr

@@ -30,7 +30,7 @@ Tensor rows_forward(const Tensor& x, std::int64_t dim, bool log) {
   if (out.numel() > 0) {
     const std::int64_t cols = xc.size(-1), rows = xc.numel() / cols;
     backend::backend_for(x.device())
-        .softmax(backend::operand(out.view({rows, cols}), name), backend::operand(xc.view({rows, cols}), name), log);
+        .softmax(backend::output(out.view({rows, cols}), name), backend::input(xc.view({rows, cols}), name), log);
   }
   return dim == last ? out : out.transpose(dim, last);
 }
@@ -38,30 +38,16 @@ Tensor rows_forward(const Tensor& x, std::int64_t dim, bool log) {
 // softmax:     dx = y * (g - sum(g * y, dim))
 // log_softmax: dx = g - exp(y) * sum(g, dim)
 // (the Jacobians of y = e^x / sum e^x and y = x - log sum e^x).
-class SoftmaxBackward final : public autograd::Node {
-public:
-  SoftmaxBackward(std::int64_t dim, bool log) : dim_(dim), log_(log) {}
-  void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    const Tensor& g = grads[0];
-    Tensor y = out_.unpack(*this);
-    std::vector<std::int64_t> dims;
-    if (y.dim() > 0) dims.push_back(dim_);
-    if (log_) return {sub(g, mul(exp(y), sum(g, dims, true)))};
-    return {mul(y, sub(g, sum(mul(g, y), dims, true)))};
-  }
-  std::string name() const override { return log_ ? "LogSoftmaxBackward" : "SoftmaxBackward"; }
-  void release_saved() override { out_.reset(); }
-
-private:
-  std::int64_t dim_;
-  bool log_;
-  autograd::SavedTensor out_;
-};
+Tensor softmax_rule(const Tensor& g, const Tensor& y, std::int64_t dim, bool log) {
+  std::vector<std::int64_t> dims;
+  if (y.dim() > 0) dims.push_back(dim);
+  if (log) return sub(g, mul(exp(y), sum(g, dims, true)));
+  return mul(y, sub(g, sum(mul(g, y), dims, true)));
+}
 
 Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log) {
   const char* name = op_name(log);
-  OpRange range(name);
+  NvtxRange range(name);
   require_defined(name, x);
   if (!is_floating_point(x.dtype()))
     throw Error(ErrorKind::dtype, std::string(name) + ": expected a floating-point tensor (f32, f64, bf16, f16), got " +
@@ -72,10 +58,11 @@ Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log) {
     NoGradGuard no_grad;
     out = rows_forward(x, d, log);
   }
-  if (!autograd::any_requires_grad({x})) return out;
-  auto node = std::make_shared<SoftmaxBackward>(d, log);
-  autograd::connect(node, {x}, {out});
-  node->save_output(out);
+  if (autograd::any_requires_grad({x}))
+    autograd::record(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {x}, {out}, {out},
+                     [d, log](const autograd::Backward& c) {
+                       return autograd::Grads{softmax_rule(c.grad(), c.saved(0), d, log)};
+                     });
   return out;
 }
 

@@ -16,7 +16,7 @@ using namespace ops_detail;
 namespace {
 
 Tensor triangle(const char* op, const Tensor& x, std::int64_t diagonal, bool lower) {
-  OpRange range(op);
+  NvtxRange range(op);
   require_defined(op, x);
   if (x.dim() < 2)
     throw Error(ErrorKind::shape, std::string(op) + ": input must have at least 2 dims, got " + describe(x));

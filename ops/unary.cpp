@@ -8,6 +8,9 @@ module;
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "backend/contract.hpp"
+#include "ops/elementwise_math.hpp"
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
@@ -38,98 +41,102 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double p0, double p1) {
   Tensor cx = x.dtype() == dtype ? x : x.to(dtype);
   Tensor out = empty(x.shape(), {.dtype = dtype, .device = x.device()});
   if (out.numel() > 0)
-    backend::backend_for(x.device()).unary(op, backend::operand(out, name), backend::operand(cx, name), p0, p1);
+    backend::backend_for(x.device()).unary(op, backend::output(out, name), backend::input(cx, name), p0, p1);
   return out;
 }
 
-class UnaryBackward final : public autograd::Node {
-public:
-  UnaryBackward(UnaryOp op, const Tensor& x, double p0, double p1) : op_(op), p0_(p0), p1_(p1), x_(x) {}
-  void save_output(const Tensor& out) { out_ = autograd::SavedTensor(out, true); }
+// Wrapped numbers (the operands of backward rules; tensor/core.cppm): f(number) is a number.
+Tensor number_op(UnaryOp op, const Tensor& x, double p0, double p1) {
+  const double v = x.dtype() == DType::i64 ? static_cast<double>(x.item<std::int64_t>()) : x.to(DType::f64).item<double>();
+  double r = 0;
+  backend::with_op(op, [&]<UnaryOp OP>() {
+    r = elementwise::unary<OP, double>(v, elementwise::clamp_bound<double>(p0, false), elementwise::clamp_bound<double>(p1, true));
+  });
+  return wrapped_number(r, keeps_integers(op) && x.dtype() == DType::i64 ? DType::i64 : DType::f64);
+}
 
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    const Tensor& g = grads[0];
-    Tensor x = x_.unpack(*this);
-    switch (op_) {
-      case UnaryOp::neg: return {neg(g)};
-      case UnaryOp::abs: return {mul(g, sign(x))};  // d|x| = sign(x), 0 at 0
-      case UnaryOp::exp: return {mul(g, out())};    // d e^x = e^x
-      case UnaryOp::log: return {div(g, x)};        // d ln x = 1/x
-      case UnaryOp::log1p: return {div(g, add(x, 1.0))};
-      case UnaryOp::sqrt: return {div(g, mul(out(), 2.0))};              // 1 / (2 sqrt x)
-      case UnaryOp::rsqrt: return {mul(g, mul(pow(out(), 3.0), -0.5))};  // -x^(-3/2) / 2
-      case UnaryOp::tanh: {                                              // 1 - tanh^2
-        Tensor y = out();
-        return {mul(g, sub(1.0, mul(y, y)))};
-      }
-      case UnaryOp::sigmoid: {  // s (1 - s)
-        Tensor y = out();
-        return {mul(g, mul(y, sub(1.0, y)))};
-      }
-      case UnaryOp::relu:  // 0 at 0, g at NaN (PyTorch); one kernel, or recorded ops under create_graph
-        return {autograd::is_grad_enabled() ? where(le(x, 0.0), zeros_like(g), g) : relu_backward(g, x)};
-      case UnaryOp::gelu_erf: {
-        // d/dx x Phi(x) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
-        // phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-        Tensor cdf = mul(add(erf(mul(x, inv_sqrt2)), 1.0), 0.5);
-        Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), inv_sqrt_2pi);
-        return {mul(g, add(cdf, mul(x, pdf)))};
-      }
-      case UnaryOp::gelu_tanh: {
-        // y = x/2 (1 + t), t = tanh(k (x + c x^3)):
-        // dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 c x^2)
-        Tensor x2 = mul(x, x);
-        Tensor t = tanh(mul(add(x, mul(mul(x2, x), gelu_c)), gelu_k));
-        Tensor left = mul(add(t, 1.0), 0.5);
-        Tensor right = mul(mul(mul(x, 0.5), sub(1.0, mul(t, t))), mul(add(mul(x2, 3.0 * gelu_c), 1.0), gelu_k));
-        return {mul(g, add(left, right))};
-      }
-      case UnaryOp::silu: {  // d x s(x) = s (1 + x (1 - s))
-        Tensor s = sigmoid(x);
-        return {mul(g, mul(s, add(mul(x, sub(1.0, s)), 1.0)))};
-      }
-      case UnaryOp::sin: return {mul(g, cos(x))};
-      case UnaryOp::cos: return {neg(mul(g, sin(x)))};
-      case UnaryOp::erf: return {mul(g, mul(exp(neg(mul(x, x))), two_over_sqrt_pi))};  // 2/sqrt(pi) e^(-x^2)
-      case UnaryOp::sign: return {zeros_like(g)};
-      case UnaryOp::clamp: {
-        // 1 where min <= x <= max (bounds included), else 0: so 0 at NaN, and everywhere when
-        // min > max (PyTorch). A min of -inf (max of +inf, also an absent bound) holds for all
-        // x but NaN: its comparison is skipped, unless both are, so that NaN still gets 0.
-        Tensor zero = zeros_like(g);
-        Tensor r = g;
-        const double inf = std::numeric_limits<double>::infinity();
-        const bool check_min = p0_ != -inf, check_max = p1_ != inf;
-        if (check_min || !check_max) r = where(ge(x, p0_), r, zero);
-        if (check_max) r = where(le(x, p1_), r, zero);
-        return {r};
-      }
-    }
-    return {};
-  }
-  std::string name() const override { return std::string(name_of(op_)) + "Backward"; }
-  void release_saved() override { x_.reset(), out_.reset(); }
-
-private:
-  Tensor out() const { return out_.unpack(*this); }
-  UnaryOp op_;
-  double p0_, p1_;
-  autograd::SavedTensor x_, out_;
-};
-
+// The ops differentiated through their output (the input is then not kept alive).
 bool saves_output(UnaryOp op) {
   return op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::rsqrt || op == UnaryOp::tanh ||
          op == UnaryOp::sigmoid;
 }
 
+// "expBackward", ...: the node names, from the op list.
+const char* backward_name_of(UnaryOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name, integers) \
+  case UnaryOp::op: return name "Backward";
+    BRRR_UNARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
+
+// The gradient of each op, with Tensor ops (second derivatives work). `v` is the saved
+// tensor: the output y for the ops of saves_output, else the input x. p0/p1: clamp's bounds.
+Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, double p1) {
+  const Tensor& x = v;
+  const Tensor& y = v;
+  switch (op) {
+    case UnaryOp::neg: return neg(g);
+    case UnaryOp::abs: return mul(g, sign(x));  // d|x| = sign(x), 0 at 0
+    case UnaryOp::exp: return mul(g, y);        // d e^x = e^x
+    case UnaryOp::log: return div(g, x);        // d ln x = 1/x
+    case UnaryOp::log1p: return div(g, add(x, 1.0));
+    case UnaryOp::sqrt: return div(g, mul(y, 2.0));              // 1 / (2 sqrt x)
+    case UnaryOp::rsqrt: return mul(g, mul(pow(y, 3.0), -0.5));  // -x^(-3/2) / 2
+    case UnaryOp::tanh: return mul(g, sub(1.0, mul(y, y)));      // 1 - tanh^2
+    case UnaryOp::sigmoid: return mul(g, mul(y, sub(1.0, y)));   // s (1 - s)
+    case UnaryOp::relu:  // 0 at 0, g at NaN (PyTorch); one kernel, or recorded ops under create_graph
+      return autograd::is_grad_enabled() ? where(le(x, 0.0), zeros_like(g), g) : relu_backward(g, x);
+    case UnaryOp::gelu_erf: {
+      // d/dx x Phi(x) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
+      // phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+      Tensor cdf = mul(add(erf(mul(x, inv_sqrt2)), 1.0), 0.5);
+      Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), inv_sqrt_2pi);
+      return mul(g, add(cdf, mul(x, pdf)));
+    }
+    case UnaryOp::gelu_tanh: {
+      // y = x/2 (1 + t), t = tanh(k (x + c x^3)): dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 c x^2)
+      Tensor x2 = mul(x, x);
+      Tensor t = tanh(mul(add(x, mul(mul(x2, x), gelu_c)), gelu_k));
+      Tensor left = mul(add(t, 1.0), 0.5);
+      Tensor right = mul(mul(mul(x, 0.5), sub(1.0, mul(t, t))), mul(add(mul(x2, 3.0 * gelu_c), 1.0), gelu_k));
+      return mul(g, add(left, right));
+    }
+    case UnaryOp::silu: {  // d x s(x) = s (1 + x (1 - s))
+      Tensor s = sigmoid(x);
+      return mul(g, mul(s, add(mul(x, sub(1.0, s)), 1.0)));
+    }
+    case UnaryOp::sin: return mul(g, cos(x));
+    case UnaryOp::cos: return neg(mul(g, sin(x)));
+    case UnaryOp::erf: return mul(g, mul(exp(neg(mul(x, x))), two_over_sqrt_pi));  // 2/sqrt(pi) e^(-x^2)
+    case UnaryOp::sign: return zeros_like(g);
+    case UnaryOp::clamp: {
+      // 1 where min <= x <= max (bounds included), else 0: so 0 at NaN, and everywhere when
+      // min > max (PyTorch). A min of -inf (max of +inf, also an absent bound) holds for all
+      // x but NaN: its comparison is skipped, unless both are, so that NaN still gets 0.
+      Tensor zero = zeros_like(g);
+      Tensor r = g;
+      const double inf = std::numeric_limits<double>::infinity();
+      const bool check_min = p0 != -inf, check_max = p1 != inf;
+      if (check_min || !check_max) r = where(ge(x, p0), r, zero);
+      if (check_max) r = where(le(x, p1), r, zero);
+      return r;
+    }
+  }
+  return {};
+}
+
 Tensor unary_op(UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0) {
-  OpRange range(name_of(op));
+  if (is_wrapped_number(x)) return number_op(op, x, p0, p1);
+  NvtxRange range(name_of(op));
   Tensor out = unary_forward(op, x, p0, p1);
-  if (!autograd::any_requires_grad({x}) || !is_floating_point(out.dtype())) return out;
-  // Ops differentiated through their output do not keep the input alive.
-  auto node = std::make_shared<UnaryBackward>(op, saves_output(op) ? Tensor() : x, p0, p1);
-  autograd::connect(node, {x}, {out});
-  if (saves_output(op)) node->save_output(out);
+  if (autograd::any_requires_grad({x}) && is_floating_point(out.dtype()))
+    autograd::record(backward_name_of(op), {x}, {out}, {saves_output(op) ? out : x},
+                     [op, p0, p1](const autograd::Backward& b) {
+                       return autograd::Grads{unary_rule(op, b.grad(), b.saved(0), p0, p1)};
+                     });
   return out;
 }
 

@@ -66,11 +66,11 @@ struct Group {
 };
 
 void add_to(Group& g, const Tensor& p, const Tensor& grad, const Tensor& s1, const Tensor& s2, const Tensor& s3) {
-  g.step.params.push_back(p.data_ptr());
-  g.step.grads.push_back(grad.data_ptr());
-  g.step.state1.push_back(s1.defined() ? s1.data_ptr() : nullptr);
-  g.step.state2.push_back(s2.defined() ? s2.data_ptr() : nullptr);
-  g.step.state3.push_back(s3.defined() ? s3.data_ptr() : nullptr);
+  g.step.params.push_back(backend::output_data(p, "optimizer step"));
+  g.step.grads.push_back(backend::input_data(grad, "optimizer step"));
+  g.step.state1.push_back(s1.defined() ? backend::output_data(s1, "optimizer step") : nullptr);
+  g.step.state2.push_back(s2.defined() ? backend::output_data(s2, "optimizer step") : nullptr);
+  g.step.state3.push_back(s3.defined() ? backend::output_data(s3, "optimizer step") : nullptr);
   g.step.numels.push_back(p.numel());
 }
 

@@ -75,7 +75,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
   }
   Device dd = device(), sd = src.device();
   if (dd == sd) {
-    if (numel() > 0) backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(src, "copy_"));
+    if (numel() > 0) backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(src, "copy_"));
   } else if (dd.is_cuda() && sd.is_cuda()) {
     // Different GPUs: make the bytes contiguous in the destination dtype, then copy peer to peer.
     Tensor staged = src.to(dtype()).contiguous();
@@ -84,7 +84,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     } else {
       Tensor tmp = empty(shape(), {.dtype = dtype(), .device = dd});
       copy_bytes(tmp, staged, options.non_blocking);
-      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+      backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(tmp, "copy_"));
     }
   } else if (dd.is_cuda()) {
     // Host to device: convert and compact on the host, where it is cheap, then one transfer.
@@ -94,7 +94,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     } else {
       Tensor tmp = empty(shape(), {.dtype = dtype(), .device = dd});
       copy_bytes(tmp, staged, options.non_blocking);
-      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+      backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(tmp, "copy_"));
     }
   } else {
     // Device to host: convert and compact on the device, then one transfer of numel elements.
@@ -104,7 +104,7 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     } else {
       Tensor tmp = empty(shape(), {.dtype = dtype()});
       copy_bytes(tmp, staged, false);
-      backend::backend_for(dd).copy(backend::operand(*this, "copy_"), backend::operand(tmp, "copy_"));
+      backend::backend_for(dd).copy(backend::output(*this, "copy_"), backend::input(tmp, "copy_"));
     }
   }
   storage().bump_version();
@@ -114,41 +114,28 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
 Tensor& Tensor::fill_(double value) {
   checked("fill_");
   check_inplace("fill_", *this, nullptr);
-  if (numel() > 0) backend::backend_for(device()).fill(backend::operand(*this, "fill_"), value);
+  if (numel() > 0) backend::backend_for(device()).fill(backend::output(*this, "fill_"), value);
   storage().bump_version();
   return *this;
-}
-
-namespace view_autograd {  // ops/view_backward.cpp
-void record_identity(const char* op, const Tensor& input, const Tensor& out);
 }
 
 Tensor Tensor::clone() const {
   const Impl& i = checked("clone");
   Tensor out = empty(i.layout.sizes, {.dtype = i.dtype, .device = device()});
   if (out.numel() > 0)
-    backend::backend_for(device()).copy(backend::operand(out, "clone"), backend::operand(*this, "clone"));
+    backend::backend_for(device()).copy(backend::output(out, "clone"), backend::input(*this, "clone"));
   if (autograd::any_requires_grad({*this}) && is_floating_point(i.dtype))
-    view_autograd::record_identity("Clone", *this, out);
+    view_autograd::record_identity("CloneBackward", *this, out);
   return out;
 }
 
 namespace {
 // The gradient of a dtype or device conversion: converted back.
-class ToBackward final : public autograd::Node {
-public:
-  ToBackward(DType dtype, Device device) : dtype_(dtype), device_(device) {}
-  std::vector<Tensor> apply(std::vector<Tensor> g) override { return {g[0].to(device_).to(dtype_)}; }
-  std::string name() const override { return "ToBackward"; }
-
-private:
-  DType dtype_;
-  Device device_;
-};
-
 Tensor record_to(const Tensor& in, Tensor out) {
   if (autograd::any_requires_grad({in}) && is_floating_point(out.dtype()))
-    autograd::connect(std::make_shared<ToBackward>(in.dtype(), in.device()), {in}, {out});
+    autograd::record("ToBackward", {in}, {out}, [dtype = in.dtype(), device = in.device()](const autograd::Backward& b) {
+      return autograd::Grads{b.grad().to(device).to(dtype)};
+    });
   return out;
 }
 }  // namespace
@@ -158,7 +145,7 @@ Tensor Tensor::to(DType dtype) const {
   if (i.dtype == dtype) return *this;
   Tensor out = empty(i.layout.sizes, {.dtype = dtype, .device = device()});
   if (out.numel() > 0)
-    backend::backend_for(device()).copy(backend::operand(out, "to"), backend::operand(*this, "to"));
+    backend::backend_for(device()).copy(backend::output(out, "to"), backend::input(*this, "to"));
   return record_to(*this, std::move(out));
 }
 

@@ -62,7 +62,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   bool rg = options.requires_grad;
   options.requires_grad = false;
   Tensor t = allocate("arange", {count}, options);
-  if (count > 0) backend::backend_for(options.device).arange(backend::operand(t, "arange"), start, step);
+  if (count > 0) backend::backend_for(options.device).arange(backend::output(t, "arange"), start, step);
   if (rg) t.requires_grad_(true);
   return t;
 }
@@ -93,5 +93,15 @@ Tensor ones_like(const Tensor& like, std::optional<TensorOptions> o) { return on
 Tensor full_like(const Tensor& like, double value, std::optional<TensorOptions> o) {
   return full(like.shape(), value, like_options(like, o));
 }
+
+Tensor wrapped_number(double value, DType dtype) {
+  if (dtype != DType::f64 && dtype != DType::i64 && dtype != DType::boolean)
+    throw Error(ErrorKind::dtype, std::string("wrapped_number: f64, i64 or bool, got ") + to_string(dtype));
+  Tensor t = full({}, value, {.dtype = dtype});
+  TensorInternals::impl(t).wrapped_number = true;
+  return t;
+}
+
+bool is_wrapped_number(const Tensor& t) { return t.defined() && TensorInternals::impl(t).wrapped_number; }
 
 }  // namespace brrr

@@ -20,7 +20,7 @@ Tensor draw(const char* op, Shape shape, TensorOptions options, backend::Distrib
   Tensor t = empty(std::move(shape), options);
   if (t.numel() > 0) {
     backend::GeneratorState& gen = backend::generator(options.device);
-    backend::backend_for(options.device).random(backend::operand(t, op), dist, gen.seed, gen.offset, low, high);
+    backend::backend_for(options.device).random(backend::output(t, op), dist, gen.seed, gen.offset, low, high);
     gen.offset += backend::random_words(dist, dtype, t.numel());
   }
   if (rg) t.requires_grad_(true);

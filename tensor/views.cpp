@@ -1,7 +1,7 @@
 // Views: each makes a new Layout over the same Storage. No numbers move (except reshape and
 // contiguous, which copy only when no view can express the result). When the input requires
 // grad (and grad mode is on) the returned view records a graph node; the backward rules live
-// in ops/view_backward.cpp.
+// in tensor/view_backward.cpp. Also sum_to_size, expand's adjoint (its gradient rule).
 module;
 #include <algorithm>
 #include <cstdint>
@@ -9,20 +9,7 @@ module;
 #include <string>
 #include <vector>
 module brrr.tensor;
-
-// Defined in ops/view_backward.cpp (an implementation unit of this module, so these have
-// module linkage and name the same functions there): each makes `view` (or `out`) the output
-// of a graph node whose input is `input`.
-namespace brrr::view_autograd {
-void record_reshape(const char* op, const Tensor& input, const Tensor& view);
-void record_permute(const char* op, const Tensor& input, const Tensor& view, const Shape& dims);
-void record_expand(const char* op, const Tensor& input, const Tensor& view);
-void record_slice(const Tensor& input, const Tensor& view, std::int64_t dim, std::int64_t start, std::int64_t end,
-                  std::int64_t step);
-void record_select(const Tensor& input, const Tensor& view, std::int64_t dim, std::int64_t index);
-void record_as_strided(const Tensor& input, const Tensor& view);
-void record_identity(const char* op, const Tensor& input, const Tensor& out);
-}  // namespace brrr::view_autograd
+import brrr.backend;
 
 namespace brrr {
 
@@ -125,20 +112,20 @@ Tensor Tensor::view(Shape shape) const {
     throw Error(ErrorKind::shape, "view: shape " + to_string(sizes) + " cannot view a tensor of shape " +
                                       to_string(i.layout.sizes) + " with strides " + to_string(i.layout.strides) +
                                       " without a copy; use reshape()");
-  return reshape_node("View", *this, make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset}));
+  return reshape_node("ViewBackward", *this, make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset}));
 }
 
 Tensor Tensor::reshape(Shape shape) const {
   const Impl& i = checked("reshape");
   Shape sizes = infer_size("reshape", std::move(shape), i.layout.numel(), i.layout.sizes);
   if (auto strides = view_strides(i.layout.sizes, i.layout.strides, sizes))
-    return reshape_node("Reshape", *this, make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset}));
+    return reshape_node("ReshapeBackward", *this, make_view(*this, Layout{std::move(sizes), std::move(*strides), i.layout.offset}));
   Tensor copy;
   {
     NoGradGuard no_grad;
     copy = clone().view(std::move(sizes));
   }
-  return reshape_node("Reshape", *this, copy);
+  return reshape_node("ReshapeBackward", *this, copy);
 }
 
 Tensor Tensor::permute(Shape dims) const {
@@ -159,7 +146,7 @@ Tensor Tensor::permute(Shape dims) const {
     dims[k] = d;
   }
   Tensor out = make_view(*this, std::move(l));
-  if (records(*this)) view_autograd::record_permute("Permute", *this, out, dims);
+  if (records(*this)) view_autograd::record_permute("PermuteBackward", *this, out, dims);
   return out;
 }
 
@@ -167,7 +154,7 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
   const Impl& i = checked("transpose");
   std::int64_t n = i.layout.dim();
   if (n == 0 && (dim0 == 0 || dim0 == -1) && (dim1 == 0 || dim1 == -1))
-    return reshape_node("Transpose", *this, make_view(*this, i.layout));
+    return reshape_node("TransposeBackward", *this, make_view(*this, i.layout));
   std::int64_t a = wrap_dim("transpose", dim0, n, i.layout.sizes);
   std::int64_t b = wrap_dim("transpose", dim1, n, i.layout.sizes);
   Layout l = i.layout;
@@ -178,7 +165,7 @@ Tensor Tensor::transpose(std::int64_t dim0, std::int64_t dim1) const {
     Shape dims(static_cast<std::size_t>(n));
     for (std::int64_t k = 0; k < n; ++k) dims[k] = k;
     std::swap(dims[a], dims[b]);
-    view_autograd::record_permute("Transpose", *this, out, dims);
+    view_autograd::record_permute("TransposeBackward", *this, out, dims);
   }
   return out;
 }
@@ -188,7 +175,7 @@ Tensor Tensor::t() const {
   if (n > 2)
     throw Error(ErrorKind::shape, "t: expects a tensor with <= 2 dims, got shape " + to_string(shape()) +
                                       "; use transpose(dim0, dim1)");
-  return n < 2 ? reshape_node("T", *this, make_view(*this, layout())) : transpose(0, 1);
+  return n < 2 ? reshape_node("TBackward", *this, make_view(*this, layout())) : transpose(0, 1);
 }
 
 Tensor Tensor::slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step) const {
@@ -280,7 +267,7 @@ Tensor Tensor::expand(Shape shape) const {
     }
   }
   Tensor out = make_view(*this, std::move(l));
-  if (records(*this)) view_autograd::record_expand("Expand", *this, out);
+  if (records(*this)) view_autograd::record_expand(*this, out);
   return out;
 }
 
@@ -303,20 +290,20 @@ Tensor Tensor::squeeze() const {
       l.sizes.push_back(i.layout.sizes[k]);
       l.strides.push_back(i.layout.strides[k]);
     }
-  return reshape_node("Squeeze", *this, make_view(*this, std::move(l)));
+  return reshape_node("SqueezeBackward", *this, make_view(*this, std::move(l)));
 }
 
 Tensor Tensor::squeeze(std::int64_t dim) const {
   const Impl& i = checked("squeeze");
   std::int64_t n = i.layout.dim();
-  if (n == 0 && (dim == 0 || dim == -1)) return reshape_node("Squeeze", *this, make_view(*this, i.layout));
+  if (n == 0 && (dim == 0 || dim == -1)) return reshape_node("SqueezeBackward", *this, make_view(*this, i.layout));
   std::int64_t d = wrap_dim("squeeze", dim, n, i.layout.sizes);
   Layout l = i.layout;
   if (l.sizes[d] == 1) {
     l.sizes.erase(l.sizes.begin() + d);
     l.strides.erase(l.strides.begin() + d);
   }
-  return reshape_node("Squeeze", *this, make_view(*this, std::move(l)));
+  return reshape_node("SqueezeBackward", *this, make_view(*this, std::move(l)));
 }
 
 Tensor Tensor::unsqueeze(std::int64_t dim) const {
@@ -328,7 +315,7 @@ Tensor Tensor::unsqueeze(std::int64_t dim) const {
   std::int64_t stride = d < n ? l.sizes[d] * l.strides[d] : 1;
   l.sizes.insert(l.sizes.begin() + d, 1);
   l.strides.insert(l.strides.begin() + d, stride);
-  return reshape_node("Unsqueeze", *this, make_view(*this, std::move(l)));
+  return reshape_node("UnsqueezeBackward", *this, make_view(*this, std::move(l)));
 }
 
 Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
@@ -340,7 +327,7 @@ Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
   if (s > e)
     throw Error(ErrorKind::index, "flatten: start_dim " + std::to_string(start_dim) + " comes after end_dim " +
                                       std::to_string(end_dim) + " for shape " + to_string(i.layout.sizes));
-  if (s == e) return reshape_node("Flatten", *this, make_view(*this, i.layout));
+  if (s == e) return reshape_node("FlattenBackward", *this, make_view(*this, i.layout));
   Shape sizes(i.layout.sizes.begin(), i.layout.sizes.begin() + s);
   std::int64_t merged = 1;
   for (std::int64_t k = s; k <= e; ++k) merged *= i.layout.sizes[k];
@@ -372,7 +359,46 @@ Tensor Tensor::contiguous() const {
     NoGradGuard no_grad;  // clone() may record a node of its own one day; this one is enough
     out = clone();
   }
-  if (records(*this)) view_autograd::record_identity("Contiguous", *this, out);
+  if (records(*this)) view_autograd::record_identity("ContiguousBackward", *this, out);
+  return out;
+}
+
+Tensor sum_to_size(const Tensor& x, const Shape& shape) {
+  if (!x.defined()) throw Error(ErrorKind::value, "sum_to_size: input is an undefined tensor");
+  const Shape& in = x.shape();
+  auto not_expandable = [&] {
+    return Error(ErrorKind::shape, "sum_to_size: size " + to_string(shape) + " is not expandable to size " +
+                                       to_string(in) + " of the input");
+  };
+  if (in.size() > 32) throw Error(ErrorKind::shape, "sum_to_size: more than 32 dims");
+  if (shape.size() > in.size()) throw not_expandable();
+  const std::size_t lead = in.size() - shape.size();
+  std::uint32_t mask = 0;  // the dims summed: the leading extra ones and those of size 1 in `shape`
+  Shape kept(in.size());   // the sum with those dims kept as 1
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    kept[d] = in[d];
+    if (d >= lead) {
+      const std::int64_t want = shape[d - lead];
+      if (want == in[d]) continue;
+      if (want != 1) throw not_expandable();
+    }
+    mask |= 1u << d;
+    kept[d] = 1;
+  }
+  if (mask == 0) return x;
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = empty(kept, {.dtype = is_floating_point(x.dtype()) ? x.dtype() : DType::i64, .device = x.device()});
+    if (out.numel() > 0)
+      backend::backend_for(x.device())
+          .reduce(backend::ReduceOp::sum, backend::output(out, "sum_to_size"), backend::input(x, "sum_to_size"),
+                  mask, nullptr);
+    out = out.view(shape);
+  }
+  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
+    autograd::record("SumToSizeBackward", {x}, {out},
+                     [in](const autograd::Backward& b) { return autograd::Grads{b.grad().expand(in)}; });
   return out;
 }
 

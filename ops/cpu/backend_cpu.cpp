@@ -22,6 +22,7 @@ namespace brrr::backend {
 
 using namespace cpu;
 
+namespace {
 Operand operand(const Tensor& t, const char* op) {
   Operand o;
   if (t.dim() > max_dims)
@@ -38,6 +39,13 @@ Operand operand(const Tensor& t, const char* op) {
   }
   return o;
 }
+}  // namespace
+
+// Every kernel launch's tensors pass here, read vs write: the hook for a stream checker.
+Operand input(const Tensor& t, const char* op) { return operand(t, op); }
+Operand output(const Tensor& t, const char* op) { return operand(t, op); }
+const void* input_data(const Tensor& t, const char*) { return t.data_ptr(); }
+void* output_data(const Tensor& t, const char*) { return t.data_ptr(); }
 
 namespace {
 

@@ -454,15 +454,6 @@ TEST_CASE("matmul: autograd::gradcheck, every shape case") {
   }
 }
 
-namespace {
-// A deliberately wrong backward rule: the gradient scaled by 1.01.
-class WrongBackward final : public autograd::Node {
-public:
-  std::vector<Tensor> apply(std::vector<Tensor> g) override { return {mul(g[0], 1.01)}; }
-  std::string name() const override { return "WrongBackward"; }
-};
-}  // namespace
-
 TEST_CASE("the central-difference helper catches a wrong gradient") {
   std::mt19937_64 rng(7);
   double worst = check_gradients(
@@ -470,7 +461,9 @@ TEST_CASE("the central-difference helper catches a wrong gradient") {
         Tensor out = matmul(x[0].detach(), x[1].detach());
         if (autograd::any_requires_grad({x[0]})) {
           Tensor wrong = x[0].detach().clone();
-          autograd::connect(std::make_shared<WrongBackward>(), {x[0]}, {wrong});
+          // A deliberately wrong backward rule: the gradient scaled by 1.01.
+          autograd::record("WrongBackward", {x[0]}, {wrong},
+                           [](const autograd::Backward& b) { return autograd::Grads{mul(b.grad(), 1.01)}; });
           out = matmul(wrong, x[1]);
         }
         return std::vector<Tensor>{out};

@@ -1,5 +1,6 @@
-// The autograd state every tensor carries: grad mode, graph nodes and edges, saved tensors,
-// the leaves' gradient accumulators. The engine that walks the graph is autograd/engine.cpp.
+// The autograd state every tensor carries (brrr.tensor:graph): grad mode, graph nodes and
+// edges, saved tensors, the leaves' gradient accumulators and gradient summation. The
+// engine that walks the graph is autograd/engine.cpp.
 module;
 #include <atomic>
 #include <cstdint>
@@ -9,7 +10,7 @@ module;
 #include <string>
 #include <vector>
 module brrr.tensor;
-import brrr.ops;
+import brrr.backend;
 
 namespace brrr {
 
@@ -18,44 +19,64 @@ namespace autograd {
 namespace {
 thread_local bool grad_enabled = true;
 std::atomic<std::uint64_t> next_sequence_nr{0};
-
-// The sink of a leaf's gradient: adds it into leaf.grad().
-class AccumulateGrad final : public Node {
-public:
-  explicit AccumulateGrad(const std::shared_ptr<TensorInternals::Impl>& leaf) : leaf_(leaf) {}
-  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
-    auto leaf = leaf_.lock();
-    if (!leaf || grads.empty() || !grads[0].defined()) return {};
-    Tensor g = std::move(grads[0]);
-    if (leaf->hooks && !leaf->hooks->grad.empty()) g = leaf->hooks->run(std::move(g), "a leaf's hook");
-    if (g.shape() != leaf->layout.sizes)
-      throw Error(ErrorKind::autograd, "AccumulateGrad: gradient of shape " + to_string(g.shape()) +
-                                           " for a leaf of shape " + to_string(leaf->layout.sizes));
-    if (leaf->grad.defined()) {
-      leaf->grad = add(leaf->grad, g);  // out of place: a new tensor owned by .grad() alone
-    } else {
-      // Store the incoming gradient only if nothing else can see or alias it (as PyTorch
-      // does): a broadcast view, a tensor shared with another leaf's grad or held by the
-      // caller would be changed by in-place updates of .grad() (optimizers, clipping).
-      bool exclusive = g.is_contiguous() && TensorInternals::ptr(g).use_count() <= 1 && g.storage().use_count() == 1;
-      Tensor own = exclusive ? g : g.clone();
-      leaf->grad = is_grad_enabled() ? own : own.detach();
-    }
-    if (leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
-      Tensor self = TensorInternals::wrap(leaf);
-      auto hooks = leaf->hooks->post_accumulate;  // a hook may remove hooks
-      for (auto& [id, fn] : hooks) fn(self);
-    }
-    return {};
-  }
-  std::string name() const override { return "AccumulateGrad"; }
-
-private:
-  std::weak_ptr<TensorInternals::Impl> leaf_;
-};
 }  // namespace
 
-Node::Node() : sequence_nr(next_sequence_nr++) {}
+AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorInternals::Impl>& leaf)
+    : Node("AccumulateGrad", AccumulatorTag{}), leaf_(leaf) {}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor> grads) {
+  auto leaf = leaf_.lock();
+  if (!leaf || grads.empty() || !grads[0].defined()) return {};
+  Tensor g = std::move(grads[0]);
+  if (leaf->hooks && !leaf->hooks->grad.empty()) g = leaf->hooks->run(std::move(g), "a leaf's hook");
+  if (g.shape() != leaf->layout.sizes)
+    throw Error(ErrorKind::autograd, "AccumulateGrad: gradient of shape " + to_string(g.shape()) +
+                                         " for a leaf of shape " + to_string(leaf->layout.sizes));
+  if (leaf->grad.defined()) {
+    leaf->grad = accumulate(leaf->grad, g);  // out of place: a new tensor owned by .grad() alone
+  } else {
+    // Store the incoming gradient only if nothing else can see or alias it (as PyTorch does):
+    // a broadcast view, a tensor shared with another leaf's grad or held by the caller would
+    // be changed by in-place updates of .grad() (optimizers, clipping). (`g` was moved out of
+    // `grads`: one handle is ours.)
+    bool exclusive = g.is_contiguous() && TensorInternals::ptr(g).use_count() <= 1 && g.storage().use_count() == 1;
+    Tensor own = exclusive ? g : g.clone();
+    leaf->grad = is_grad_enabled() ? own : own.detach();
+  }
+  if (leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
+    Tensor self = TensorInternals::wrap(leaf);
+    auto hooks = leaf->hooks->post_accumulate;  // a hook may remove hooks
+    for (auto& [id, fn] : hooks) fn(self);
+  }
+  return {};
+}
+
+Tensor accumulate(const Tensor& a, const Tensor& b) {
+  if (a.device() != b.device())
+    throw Error(ErrorKind::device, "backward: gradients " + describe(a) + " and " + describe(b) +
+                                       " of one tensor are on different devices");
+  if (a.shape() != b.shape())
+    throw Error(ErrorKind::shape, "backward: gradients " + describe(a) + " and " + describe(b) +
+                                      " of one tensor have different shapes");
+  const Tensor bc = b.dtype() == a.dtype() ? b : b.to(a.dtype());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = empty(a.shape(), {.dtype = a.dtype(), .device = a.device()});
+    if (out.numel() > 0)
+      backend::backend_for(a.device())
+          .binary(backend::BinaryOp::add, backend::output(out, "backward"), backend::input(a, "backward"),
+                  backend::input(bc, "backward"));
+  }
+  // d(a + b) = (g, g): the sum is differentiable when the backward pass is recorded.
+  if (any_requires_grad({a, bc}))
+    record("AccumulateBackward", {a, bc}, {out}, [](const Backward& ctx) { return Grads{ctx.grad(), ctx.grad()}; });
+  return out;
+}
+
+Node::Node(const char* name) : sequence_nr(next_sequence_nr++), name_(name) {}
+Node::Node(const char* name, AccumulatorTag) : sequence_nr(next_sequence_nr++), name_(name), accumulator_(true) {}
+
 
 // A node owns the nodes of its inputs (next_edges), so the default destructor of the last
 // node of a chain of N ops recurses N deep and overflows the stack for long chains (a 100000
@@ -101,22 +122,23 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+namespace {
+template <class In> bool requires_grad_of(const In& inputs) {
   if (!grad_enabled) return false;
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
   return false;
 }
 
-namespace {
 template <class In, class Out> void connect_impl(const std::shared_ptr<Node>& node, const In& inputs, const Out& outputs) {
-  node->next_edges.clear();
-  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
-  node->num_outputs = static_cast<std::uint32_t>(outputs.size());
+  connect_edges(*node, inputs, outputs);
   std::uint32_t k = 0;
   for (const Tensor& t : outputs) t.set_grad_fn(node, k++);
 }
 }  // namespace
+
+bool any_requires_grad(std::initializer_list<Tensor> inputs) { return requires_grad_of(inputs); }
+bool any_requires_grad(const std::vector<Tensor>& inputs) { return requires_grad_of(inputs); }
 
 void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs, std::initializer_list<Tensor> outputs) {
   connect_impl(node, inputs, outputs);
@@ -281,7 +303,7 @@ void Tensor::retain_grad() const {
   i.retains_grad = true;
   std::weak_ptr<Impl> self = impl_;
   register_hook([self](const Tensor& g) {
-    if (auto s = self.lock()) s->grad = s->grad.defined() ? add(s->grad, g) : g.detach().clone();
+    if (auto s = self.lock()) s->grad = s->grad.defined() ? autograd::accumulate(s->grad, g) : g.detach().clone();
     return Tensor();
   });
 }

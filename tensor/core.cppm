@@ -1,0 +1,557 @@
+// brrr.tensor:core — the core model: errors, dtypes, devices, layouts, storage and the
+// Tensor handle with its factories, views and conversions, and NVTX ranges. The autograd
+// graph every tensor carries is the partition brrr.tensor:graph (autograd/graph.cppm).
+// Speaks only brrr and std types.
+module;
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/contract.hpp"  // DType, itemsize, is_floating_point
+export module brrr.tensor:core;
+
+export namespace brrr {
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/// What went wrong, for callers that branch on it; the message says the rest.
+enum class ErrorKind : std::uint8_t {
+  shape,       ///< incompatible or invalid shapes, impossible views
+  dtype,       ///< wrong or unsupported dtype (e.g. to_host<T> with the wrong T)
+  device,      ///< wrong, unavailable or mixed devices
+  index,       ///< dimension, index or slice out of range
+  value,       ///< an invalid argument value (negative size, zero step, ...)
+  io,          ///< a bad or missing file
+  cuda,        ///< a CUDA/cuBLAS/cuRAND call failed (message names call and file:line)
+  out_of_memory,
+  sync,        ///< a host-device synchronisation refused by SyncPolicy::error
+  autograd,    ///< backward through a modified tensor, no grad_fn, ...
+  distributed, ///< ranks: rendezvous, store, a collective's timeout, a dead or mismatched rank, NCCL/Gloo
+};
+
+/// Returns the kind's name, e.g. "shape".
+const char* to_string(ErrorKind kind);
+
+/// The one exception type brrr throws. what() names the op and the offending shapes, dtypes
+/// and devices, e.g. "view: shape [2, 3] is invalid for input of size 5".
+class Error : public std::runtime_error {
+public:
+  Error(ErrorKind kind, const std::string& message);
+  ErrorKind kind() const noexcept { return kind_; }
+
+private:
+  ErrorKind kind_;
+};
+
+// ---------------------------------------------------------------------------------------
+// DType
+// ---------------------------------------------------------------------------------------
+
+// DType {f32, f64, bf16, f16, i32, i64, boolean}, itemsize(dtype) and is_floating_point(dtype)
+// are defined in backend/contract.hpp, the vocabulary nvcc compiles too.
+using brrr::DType;
+using brrr::itemsize;
+using brrr::is_floating_point;
+/// PyTorch-style short name: "f32", "f64", "bf16", "f16", "i32", "i64", "bool".
+const char* to_string(DType dtype);
+std::ostream& operator<<(std::ostream& os, DType dtype);
+
+/// IEEE binary16 (half precision), stored as its bits. Conversions round to nearest even.
+struct half {
+  std::uint16_t bits = 0;
+  half() = default;
+  explicit half(float value);
+  explicit operator float() const;
+  static half from_bits(std::uint16_t b) { half h; h.bits = b; return h; }
+};
+
+/// bfloat16 (the top 16 bits of an f32), stored as its bits. Conversions round to nearest
+/// even; NaN stays NaN.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+  bfloat16() = default;
+  explicit bfloat16(float value);
+  explicit operator float() const;
+  static bfloat16 from_bits(std::uint16_t b) { bfloat16 h; h.bits = b; return h; }
+};
+
+/// The DType of a C++ element type: float f32, double f64, bfloat16 bf16, half f16,
+/// int32_t i32, int64_t i64, bool boolean.
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_of<half> { static constexpr DType value = DType::f16; };
+template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
+template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
+
+// ---------------------------------------------------------------------------------------
+// Device
+// ---------------------------------------------------------------------------------------
+
+enum class DeviceType : std::uint8_t { cpu, cuda };
+
+/// Where a tensor's numbers live: the host (cpu) or CUDA device N. A plain value.
+class Device {
+public:
+  /// The host.
+  constexpr Device() = default;
+  static constexpr Device cpu() { return Device(); }
+  /// CUDA device `index`. Throws Error(device) when no CUDA device is available or the
+  /// index is out of [0, cuda::device_count()).
+  static Device cuda(int index = 0);
+  /// Parses "cpu", "cuda", "cuda:N" (validated like cuda()); throws Error(value) otherwise.
+  static Device parse(const std::string& text);
+
+  constexpr DeviceType type() const { return type_; }
+  constexpr int index() const { return index_; }
+  constexpr bool is_cpu() const { return type_ == DeviceType::cpu; }
+  constexpr bool is_cuda() const { return type_ == DeviceType::cuda; }
+  /// "cpu" or "cuda:N".
+  std::string str() const;
+  friend constexpr bool operator==(Device, Device) = default;
+
+private:
+  constexpr Device(DeviceType t, int i) : type_(t), index_(i) {}
+  DeviceType type_ = DeviceType::cpu;
+  int index_ = -1;
+};
+std::ostream& operator<<(std::ostream& os, Device device);
+
+// ---------------------------------------------------------------------------------------
+// Shape and Layout
+// ---------------------------------------------------------------------------------------
+
+/// Sizes (or strides) of a tensor, one entry per dimension.
+using Shape = std::vector<std::int64_t>;
+/// "[2, 3]".
+std::string to_string(const Shape& shape);
+
+/// How a tensor's elements sit in its storage: sizes, strides (in elements, may be 0 for
+/// broadcast dims) and the offset of element [0, ..., 0]. Pure metadata: views are new
+/// Layouts over the same Storage.
+struct Layout {
+  Shape sizes;
+  Shape strides;
+  std::int64_t offset = 0;
+
+  /// Row-major strides for `sizes`, offset 0.
+  static Layout contiguous(Shape sizes);
+  std::int64_t numel() const;
+  std::int64_t dim() const { return static_cast<std::int64_t>(sizes.size()); }
+  /// Row-major with no gaps (size-1 dims may have any stride).
+  bool is_contiguous() const;
+};
+
+/// Product of sizes; throws Error(value) for a negative size and on int64 overflow.
+std::int64_t checked_numel(const Shape& sizes, const char* op);
+
+// ---------------------------------------------------------------------------------------
+// Storage
+// ---------------------------------------------------------------------------------------
+
+/// Bytes on one device, shared by all views of them. Owns its allocation through a deleter
+/// (the CPU heap, brrr's caching CUDA allocator or its pinned host allocator). Holds the
+/// version counter that autograd uses to detect in-place changes.
+class Storage {
+public:
+  Storage() = default;
+  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory).
+  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false);
+  /// Allocates `nbytes` on `device` (pinned host memory when `pinned`). Uninitialised.
+  /// CUDA allocations are stream-ordered on the device's current stream.
+  static Storage allocate(std::size_t nbytes, Device device, bool pinned = false);
+
+  bool defined() const { return impl_ != nullptr; }
+  void* data() const;
+  std::size_t nbytes() const;
+  Device device() const;
+  bool pinned() const;
+  /// In-place updates bump it; autograd compares it with the value it saved.
+  std::uint64_t version() const;
+  void bump_version() const;
+  /// Number of handles (tensors/views) sharing these bytes.
+  long use_count() const { return impl_.use_count(); }
+  bool is_same(const Storage& other) const { return impl_ == other.impl_; }
+
+private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------------------
+
+/// Options of factories: `zeros({2, 3}, {.dtype = DType::f64, .device = dev})`. An unset
+/// dtype means the factory's default: f32, except i64 for arange(end) and randint (as in
+/// PyTorch).
+struct TensorOptions {
+  std::optional<DType> dtype;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+  /// Page-locked host memory (CPU only), so that copies to a GPU can be asynchronous.
+  bool pinned = false;
+};
+
+/// Options of Tensor::to(Device).
+struct CopyOptions {
+  /// From pinned host memory (or device to device): enqueue and return. From pageable
+  /// memory the copy still blocks the host (counted by cuda::sync_count()).
+  bool non_blocking = false;
+};
+
+// ---------------------------------------------------------------------------------------
+// Tensor
+// ---------------------------------------------------------------------------------------
+
+namespace autograd {
+class Node;             // brrr.tensor:graph
+class RemovableHandle;  // brrr.tensor:graph
+struct HookList;        // brrr.tensor:graph
+}
+struct TensorInternals;  // implementation units' access to Tensor's state
+// What the op shortcuts below call (x.sum() -> TensorMethods::sum(x)), defined by brrr.ops in
+// modules/ops.cppm: a class of the global module, so that brrr.tensor names it without
+// importing brrr.ops.
+extern "C++" struct TensorMethods;
+
+/// A cheap handle (shared ownership) to {Layout, dtype, device, Storage, autograd state}.
+/// Copying a Tensor copies the handle, not the numbers. Everything but the numbers is host
+/// memory: shape(), strides(), dtype(), device() never touch the device.
+class Tensor {
+public:
+  /// An undefined tensor (like a default torch::Tensor); most calls on it throw.
+  Tensor() = default;
+  /// A tensor over `storage` with `layout`; checks that the layout stays inside the storage.
+  Tensor(Storage storage, Layout layout, DType dtype);
+
+  /// A CPU tensor holding a copy of `values` with `shape` (without a shape, or with an empty
+  /// one: 1-D of values.size(); for a 0-d tensor, reshape({}) a one-element result). Throws Error(shape) when the shape's
+  /// numel differs from values.size().
+  static Tensor from_vector(const std::vector<float>& values);
+  static Tensor from_vector(const std::vector<float>& values, Shape shape);
+  static Tensor from_vector(const std::vector<double>& values);
+  static Tensor from_vector(const std::vector<double>& values, Shape shape);
+  static Tensor from_vector(const std::vector<bfloat16>& values);
+  static Tensor from_vector(const std::vector<bfloat16>& values, Shape shape);
+  static Tensor from_vector(const std::vector<half>& values);
+  static Tensor from_vector(const std::vector<half>& values, Shape shape);
+  static Tensor from_vector(const std::vector<std::int32_t>& values);
+  static Tensor from_vector(const std::vector<std::int32_t>& values, Shape shape);
+  static Tensor from_vector(const std::vector<std::int64_t>& values);
+  static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape);
+  static Tensor from_vector(const std::vector<bool>& values);
+  static Tensor from_vector(const std::vector<bool>& values, Shape shape);
+
+  // --- metadata (host only) ---
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  const Shape& sizes() const { return shape(); }
+  /// Size of dimension `dim` (negative counts from the end).
+  std::int64_t size(std::int64_t dim) const;
+  const Shape& strides() const;
+  std::int64_t stride(std::int64_t dim) const;
+  std::int64_t storage_offset() const;
+  const Layout& layout() const;
+  DType dtype() const;
+  Device device() const;
+  std::int64_t numel() const;
+  std::int64_t dim() const;
+  bool is_contiguous() const;
+  std::size_t itemsize() const { return brrr::itemsize(dtype()); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * itemsize(); }
+  const Storage& storage() const;
+  /// Address of element [0, ..., 0] (device memory for CUDA tensors).
+  void* data_ptr() const;
+  bool is_pinned() const;
+  /// True when both handles refer to the same TensorImpl.
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // --- views: new Layout over the same Storage ---
+  /// Same numbers, new shape; one size may be -1. Throws Error(shape) when the strides
+  /// cannot express it without a copy (use reshape).
+  [[nodiscard]] Tensor view(Shape shape) const;
+  /// A view when possible, otherwise a contiguous copy.
+  [[nodiscard]] Tensor reshape(Shape shape) const;
+  /// Reorders dims: out.size(i) == size(dims[i]). dims must be a permutation.
+  [[nodiscard]] Tensor permute(Shape dims) const;
+  [[nodiscard]] Tensor transpose(std::int64_t dim0, std::int64_t dim1) const;
+  /// Transpose of a ≤2-D tensor (PyTorch's .t()).
+  [[nodiscard]] Tensor t() const;
+  /// Elements start, start+step, ... < end along dim. Negative start/end count from the end;
+  /// out-of-range bounds clamp (Python slicing); step must be > 0.
+  [[nodiscard]] Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end,
+                             std::int64_t step = 1) const;
+  /// `length` elements from `start` along dim; throws Error(index) when out of range.
+  [[nodiscard]] Tensor narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const;
+  /// Index `index` of dim, removing the dim: [A, B, C].select(1, i) -> [A, C].
+  [[nodiscard]] Tensor select(std::int64_t dim, std::int64_t index) const;
+  /// Broadcasts size-1 dims (stride 0) and prepends new ones; -1 keeps a size.
+  [[nodiscard]] Tensor expand(Shape shape) const;
+  /// expand() with NumPy's broadcasting rules spelled out in the error message.
+  [[nodiscard]] Tensor broadcast_to(Shape shape) const;
+  /// Removes all size-1 dims.
+  [[nodiscard]] Tensor squeeze() const;
+  /// Removes dim if its size is 1 (otherwise returns the same view, as PyTorch does).
+  [[nodiscard]] Tensor squeeze(std::int64_t dim) const;
+  /// Inserts a size-1 dim at `dim` (in [-dim()-1, dim()]).
+  [[nodiscard]] Tensor unsqueeze(std::int64_t dim) const;
+  /// Merges dims start..end into one (a view when possible).
+  [[nodiscard]] Tensor flatten(std::int64_t start_dim = 0, std::int64_t end_dim = -1) const;
+  /// A view with explicit sizes/strides/offset over the same storage (PyTorch as_strided);
+  /// throws Error(index) when it would reach outside the storage.
+  [[nodiscard]] Tensor as_strided(Shape sizes, Shape strides, std::int64_t offset) const;
+  /// This tensor if contiguous, otherwise a row-major copy on the same device.
+  [[nodiscard]] Tensor contiguous() const;
+
+  // --- copies and conversions ---
+  /// A contiguous copy (same device and dtype).
+  [[nodiscard]] Tensor clone() const;
+  /// Converts to `dtype` (a copy unless already that dtype). bf16/f16 round to nearest even;
+  /// float -> int truncates toward zero; anything -> bool is (x != 0).
+  [[nodiscard]] Tensor to(DType dtype) const;
+  /// Copies to `device` (returns *this when already there). CPU -> CUDA from pinned memory
+  /// with non_blocking is asynchronous; from pageable memory it blocks the host (a counted
+  /// sync). CUDA -> CPU: non_blocking gives pinned output and no wait; otherwise it waits.
+  [[nodiscard]] Tensor to(Device device, CopyOptions options = {}) const;
+  /// Copies into page-locked host memory (CPU tensors only).
+  [[nodiscard]] Tensor pin_memory() const;
+  /// Copies src's values into this tensor in place (shapes broadcast, dtypes convert,
+  /// devices must match unless one side is the CPU). Bumps the version counter.
+  Tensor& copy_(const Tensor& src, CopyOptions options = {});
+  /// Writes `value` into every element in place. Bumps the version counter.
+  Tensor& fill_(double value);
+
+  /// All elements, row-major, as a host vector. T must match dtype() exactly (float for f32,
+  /// double f64, bfloat16, half, int32_t, int64_t, bool); else Error(dtype). A sync point on
+  /// CUDA: copies only numel elements (made contiguous on the device first).
+  template <class T> std::vector<T> to_host() const;
+  /// The single element's value (numel must be 1, else Error(shape)); T as in to_host. A sync
+  /// point on CUDA.
+  template <class T> T item() const;
+
+  // --- autograd ---
+  /// True for leaves marked requires_grad and for results of ops recorded in a graph.
+  bool requires_grad() const;
+  /// Marks a leaf as requiring grad (floating dtypes only); Error(autograd) on a non-leaf
+  /// asked to stop requiring grad (use detach()). Returns *this.
+  Tensor& requires_grad_(bool requires_grad = true);
+  /// True when no op recorded this tensor (it has no grad_fn).
+  bool is_leaf() const;
+  /// The gradient accumulated into this leaf by backward(); undefined until then (and after
+  /// an optimizer's zero_grad, which sets it to none).
+  Tensor grad() const;
+  /// Replaces the stored gradient (an undefined tensor clears it).
+  void set_grad(const Tensor& grad) const;
+  /// The graph node that produced this tensor (nullptr for leaves).
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  /// Which output of grad_fn() this tensor is.
+  std::uint32_t output_nr() const;
+  /// Reverse-mode differentiation from this tensor: accumulates d(this)/d(leaf), weighted by
+  /// `gradient` (required unless numel() == 1; same shape as this), into every leaf that
+  /// requires grad. Frees the graph unless retain_graph; with create_graph the backward pass
+  /// is itself recorded, so the gradients can be differentiated again. Throws
+  /// Error(autograd) when nothing requires grad or a saved tensor was modified in place.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false, bool create_graph = false) const;
+  /// The same numbers (shared storage) cut from the graph: a leaf with requires_grad false.
+  [[nodiscard]] Tensor detach() const;
+  /// Makes this handle (and every copy of it) refer to `other`'s storage, layout and dtype,
+  /// keeping its autograd identity (requires_grad, grad): PyTorch's `param.data = other`.
+  /// Used by Module::to() so that optimizers holding the parameters stay valid.
+  void set_data(const Tensor& other) const;
+  /// For op implementations: makes this tensor output `output_nr` of `fn`.
+  void set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr = 0) const;
+  /// A gradient hook (PyTorch's register_hook): during backward, fn(grad) runs on the gradient
+  /// with respect to this tensor (summed over its uses) before it is accumulated into a leaf's
+  /// grad() or passed on to the op that made it; a defined result replaces the gradient
+  /// (shape must match). Hooks run in registration order. Error(autograd) unless this tensor
+  /// requires grad.
+  autograd::RemovableHandle register_hook(std::function<Tensor(const Tensor&)> fn) const;
+  /// Leaves only: fn(leaf) runs each time backward has accumulated a gradient into grad()
+  /// (PyTorch's register_post_accumulate_grad_hook; DDP starts its bucket all-reduces here).
+  /// Error(autograd) for a non-leaf or a leaf that does not require grad.
+  autograd::RemovableHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  /// Makes backward keep this non-leaf's gradient in grad() (accumulated like a leaf's); a
+  /// no-op for leaves. Error(autograd) unless it requires grad.
+  void retain_grad() const;
+  /// True for leaves that require grad and for non-leaves after retain_grad().
+  bool retains_grad() const;
+
+  // --- shortcuts for ops (LibTorch's spelling) ---
+  // x.sum() is brrr::sum(x). They are templates over TensorMethods (defined by brrr.ops), so
+  // the call is resolved where it is written, in code that imports brrr.ops (`import brrr;`
+  // does): brrr.tensor itself does not depend on the op layer.
+  /// Sum of all elements: [..] -> [] (integers and bool sum to i64).
+  template <class Ops = TensorMethods> [[nodiscard]] Tensor sum() const { return Ops::sum(*this); }
+  /// Mean of all elements (floating dtypes).
+  template <class Ops = TensorMethods> [[nodiscard]] Tensor mean() const { return Ops::mean(*this); }
+
+private:
+  friend struct TensorInternals;
+  struct Impl;
+  explicit Tensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  const Impl& checked(const char* op) const;
+  std::shared_ptr<Impl> impl_;
+};
+
+/// "[2, 3] f32 on cuda:0" ("undefined" for an undefined tensor): how error messages name a
+/// tensor.
+std::string describe(const Tensor& t);
+
+/// Prints like PyTorch: values (summarised past 1000 elements), then shape, dtype, device.
+/// Reads CUDA tensors back (a sync point).
+std::ostream& operator<<(std::ostream& os, const Tensor& tensor);
+
+/// A number standing in for a tensor operand: a 0-d CPU tensor of `dtype` (f64, i64 or bool;
+/// Error(dtype) otherwise) that the elementwise ops read as a scalar whatever the other
+/// operands' device, promoting like a number (result_type), and whose results on numbers
+/// alone are numbers again. PyTorch's "wrapped numbers": how a backward rule written for two
+/// tensors also serves the (tensor, number) overloads. It never requires grad.
+[[nodiscard]] Tensor wrapped_number(double value, DType dtype = DType::f64);
+/// True for a tensor made by wrapped_number (or by an op on wrapped numbers only).
+bool is_wrapped_number(const Tensor& t);
+
+/// Sums `x` down to `shape`: the inverse of broadcasting, and the gradient rule of expand.
+/// Sums the leading extra dims and the dims where `shape` has 1; returns x itself when the
+/// shapes are equal; Error(shape) when x's shape is not a broadcast of `shape`. Integers and
+/// bool give i64. Differentiable (its gradient is expand).
+[[nodiscard]] Tensor sum_to_size(const Tensor& x, const Shape& shape);
+
+// ---------------------------------------------------------------------------------------
+// Profiling
+// ---------------------------------------------------------------------------------------
+
+/// When on, every op opens an NVTX range named after it (e.g. "matmul") around its host-side
+/// work, and every backward rule one named after its node ("MatmulBackward"), so Nsight
+/// Systems timelines show brrr's ops above their kernels. Off by default; the cost when off
+/// is one relaxed atomic load per op. (No-op in a build without CUDA.)
+void set_nvtx_enabled(bool enabled);
+bool nvtx_enabled();
+
+}  // namespace brrr
+
+namespace brrr {
+extern std::atomic<bool> nvtx_on;  // tensor/nvtx.cpp
+void nvtx_push(const char* name);
+void nvtx_pop();
+}  // namespace brrr
+
+export namespace brrr {
+
+/// An NVTX range named `name` for its scope when profiling is on (RAII); `name` must outlive
+/// it. Ops open one named after themselves; code of your own may too.
+class NvtxRange {
+public:
+  explicit NvtxRange(const char* name) : active_(nvtx_on.load(std::memory_order_relaxed)) {
+    if (active_) nvtx_push(name);
+  }
+  ~NvtxRange() {
+    if (active_) nvtx_pop();
+  }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+
+private:
+  bool active_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Factories. All take TensorOptions; on CUDA they run as kernels on the current stream with
+// no host round trip.
+// ---------------------------------------------------------------------------------------
+
+/// Uninitialised memory.
+[[nodiscard]] Tensor empty(Shape shape, TensorOptions options = {});
+[[nodiscard]] Tensor zeros(Shape shape, TensorOptions options = {});
+[[nodiscard]] Tensor ones(Shape shape, TensorOptions options = {});
+/// Every element `value` (converted to options.dtype).
+[[nodiscard]] Tensor full(Shape shape, double value, TensorOptions options = {});
+/// [0, end) with step 1. Default dtype i64, as torch.arange with integer arguments.
+[[nodiscard]] Tensor arange(std::int64_t end, TensorOptions options = {});
+/// start, start+step, ... < end (> end for negative step): ceil((end-start)/step) elements.
+/// Throws Error(value) for step 0 or a step pointing away from end.
+[[nodiscard]] Tensor arange(double start, double end, double step = 1.0,
+                            TensorOptions options = {});
+/// n x m identity (m defaults to n).
+[[nodiscard]] Tensor eye(std::int64_t n, std::int64_t m = -1, TensorOptions options = {});
+[[nodiscard]] Tensor empty_like(const Tensor& like, std::optional<TensorOptions> options = {});
+[[nodiscard]] Tensor zeros_like(const Tensor& like, std::optional<TensorOptions> options = {});
+[[nodiscard]] Tensor ones_like(const Tensor& like, std::optional<TensorOptions> options = {});
+[[nodiscard]] Tensor full_like(const Tensor& like, double value,
+                               std::optional<TensorOptions> options = {});
+
+/// Seeds the generators of every device (CPU and each CUDA device) and resets their
+/// offsets: the same seed gives bit-identical rand/randint on CPU and GPU, and randn equal
+/// to the last bit of the dtype (f32 measured identical).
+void manual_seed(std::uint64_t seed);
+/// Uniform on [0, 1). Floating dtypes only.
+/// Draws: cuRAND Philox4x32-10 32-bit words (host generator on the CPU, device generator on
+/// CUDA) with one transform of our own: f32/f16/bf16 use 24 bits, f64 53 bits.
+[[nodiscard]] Tensor rand(Shape shape, TensorOptions options = {});
+/// Standard normal. Box-Muller (Box & Muller 1958) on two 53-bit uniforms, in double,
+/// rounded to the dtype. Floating dtypes only.
+[[nodiscard]] Tensor randn(Shape shape, TensorOptions options = {});
+/// Uniform integers in [low, high). Default dtype i64. Throws Error(value) if high <= low.
+[[nodiscard]] Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions options = {});
+
+}  // namespace brrr
+
+// Not exported: the state behind the handles, shared by this module's implementation units.
+namespace brrr {
+
+struct Storage::Impl {
+  std::shared_ptr<void> data;
+  std::size_t nbytes = 0;
+  Device device;
+  bool pinned = false;
+  mutable std::uint64_t version = 0;
+};
+
+struct Tensor::Impl {
+  Storage storage;
+  Layout layout;
+  DType dtype = DType::f32;
+  bool requires_grad = false;  // leaves only; non-leaves require grad through grad_fn
+  bool wrapped_number = false;  // made by wrapped_number(): a 0-d CPU number
+  Tensor grad;
+  std::shared_ptr<autograd::Node> grad_fn;
+  std::uint32_t output_nr = 0;
+  std::weak_ptr<autograd::Node> accumulator;  // a leaf's AccumulateGrad, made on demand
+  std::shared_ptr<autograd::HookList> hooks;  // a leaf's hooks (register_hook and friends)
+  bool retains_grad = false;                  // a non-leaf whose gradient is kept (retain_grad)
+};
+
+// The backward rules of the views, recorded by tensor/views.cpp and tensor/convert.cpp
+// (tensor/view_backward.cpp): each makes `view` (or `out`) the output of a graph node named
+// `name` whose input is `input`.
+namespace view_autograd {
+void record_reshape(const char* name, const Tensor& input, const Tensor& view);
+void record_permute(const char* name, const Tensor& input, const Tensor& view, const Shape& dims);
+void record_expand(const Tensor& input, const Tensor& view);
+void record_slice(const Tensor& input, const Tensor& view, std::int64_t dim, std::int64_t start, std::int64_t end,
+                  std::int64_t step);
+void record_select(const Tensor& input, const Tensor& view, std::int64_t dim, std::int64_t index);
+void record_as_strided(const Tensor& input, const Tensor& view);
+void record_identity(const char* name, const Tensor& input, const Tensor& out);
+}  // namespace view_autograd
+
+struct TensorInternals {
+  using Impl = Tensor::Impl;
+  static Tensor::Impl& impl(const Tensor& t) { return *t.impl_; }
+  static const std::shared_ptr<Tensor::Impl>& ptr(const Tensor& t) { return t.impl_; }
+  static Tensor wrap(std::shared_ptr<Tensor::Impl> impl) { return Tensor(std::move(impl)); }
+};
+
+}  // namespace brrr
