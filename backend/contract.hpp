@@ -189,10 +189,28 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(max, "max")            \
   X(min, "min")
 
+/// The ops whose kernels validate their inputs: X(op, name, kind). The CPU kernels throw at
+/// the call (kind index: Error(index); division: Error(value)); the CUDA kernels store the
+/// op's code (its enumerator) into the device's deferred error flag, raised at the next sync
+/// point (cuda/device_errors.cpp). `name` is the public op's, for the message.
+#define BRRR_CHECKED_OPS(X)                                 \
+  X(embedding, "embedding", index)                          \
+  X(gather, "gather", index)                                \
+  X(scatter_add, "scatter_add", index)                      \
+  X(index_select, "index_select", index)                    \
+  X(one_hot, "one_hot", index)                              \
+  X(nll_target, "cross_entropy/nll_loss (target)", index)  \
+  X(floor_divide, "floor_divide", division)                 \
+  X(trunc_divide, "div (rounding_mode trunc)", division)    \
+  X(remainder, "remainder", division)                       \
+  X(fmod, "fmod", division)
+
 #define BRRR_ENUMERATOR(op, ...) op,
 enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
 enum class BinaryOp : std::uint8_t { BRRR_BINARY_OPS(BRRR_ENUMERATOR) };
 enum class ReduceOp : std::uint8_t { BRRR_REDUCE_OPS(BRRR_ENUMERATOR) };
+/// 0 is no op: a clear deferred error flag.
+enum class CheckedOp : std::uint8_t { none, BRRR_CHECKED_OPS(BRRR_ENUMERATOR) };
 #undef BRRR_ENUMERATOR
 
 /// How a unary op treats integer inputs (the third column of BRRR_UNARY_OPS).
@@ -248,6 +266,28 @@ BRRR_HD constexpr const char* name_of(ReduceOp op) {
   }
   return "?";
 }
+BRRR_HD constexpr const char* name_of(CheckedOp op) {
+  switch (op) {
+    case CheckedOp::none: return "kernel";
+#define BRRR_CASE(op, name, kind) BRRR_NAME_CASE(CheckedOp, op, name)
+    BRRR_CHECKED_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "kernel";
+}
+/// What a checked op reports (the third column of BRRR_CHECKED_OPS).
+enum class CheckKind : std::uint8_t { index, division };
+BRRR_HD constexpr CheckKind kind_of(CheckedOp op) {
+  switch (op) {
+    case CheckedOp::none: return CheckKind::index;
+#define BRRR_CASE(op, name, kind) BRRR_COLUMN_CASE(CheckedOp, CheckKind, op, name, kind)
+    BRRR_CHECKED_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return CheckKind::index;
+}
+/// Whether a checked op reports a division by zero (otherwise an index out of range).
+BRRR_HD constexpr bool is_division(CheckedOp op) { return kind_of(op) == CheckKind::division; }
 #undef BRRR_NAME_CASE
 #undef BRRR_COLUMN_CASE
 

@@ -5,10 +5,9 @@
 // flag only after it has waited for the device anyway (check_device_errors, called after
 // every host-blocking wait of cuda/runtime.cpp), so checking costs no extra sync; the error
 // surfaces at the next sync point instead of at the op. docs/semantics.md, "Indexing".
-//
-// Also here: the thread's "current index op", which lets the op layer (brrr.ops) tell the
-// kernels of both backends which public op they run for, so that messages name `embedding`
-// rather than the `gather` kernel behind it.
+// The codes are the enumerators of backend::CheckedOp (the list BRRR_CHECKED_OPS of
+// backend/contract.hpp); the op layer passes the public op with each launch, so messages name
+// `embedding` rather than the `gather` kernel behind it.
 module;
 #include <cuda_runtime.h>
 
@@ -18,44 +17,10 @@ module;
 #include <string>
 #include <vector>
 
+#include "backend/contract.hpp"
 #include "cuda/check.hpp"
-#include "cuda/device_error_codes.hpp"
 module brrr.backend;
 import brrr.tensor;
-
-extern "C++" {
-namespace brrr::index_errors {
-
-namespace {
-thread_local int current = none;
-}
-
-int exchange_current_op(int code) noexcept {
-  int previous = current;
-  current = code;
-  return previous;
-}
-
-int current_op(int fallback) noexcept { return current != none ? current : fallback; }
-
-const char* op_name(int code) noexcept {
-  switch (code) {
-    case embedding: return "embedding";
-    case gather: return "gather";
-    case scatter_add: return "scatter_add";
-    case index_select: return "index_select";
-    case one_hot: return "one_hot";
-    case nll_target: return "cross_entropy/nll_loss (target)";
-    case floor_divide: return "floor_divide";
-    case trunc_divide: return "div (rounding_mode trunc)";
-    case remainder: return "remainder";
-    case fmod: return "fmod";
-    default: return "index kernel";
-  }
-}
-
-}  // namespace brrr::index_errors
-}
 
 namespace brrr::backend {
 
@@ -113,14 +78,15 @@ void check_device_errors(int device) {
     host = f[static_cast<std::size_t>(device)].host;
   }
   if (host == nullptr) return;  // no index kernel ever ran there
-  int code = __atomic_exchange_n(host, 0, __ATOMIC_SEQ_CST);
+  const int code = __atomic_exchange_n(host, 0, __ATOMIC_SEQ_CST);
   if (code == 0) return;
-  if (index_errors::is_division(code))
-    throw Error(ErrorKind::value, std::string(index_errors::op_name(code)) +
+  const auto op = static_cast<CheckedOp>(code);  // BRRR_CHECKED_OPS (backend/contract.hpp)
+  if (is_division(op))
+    throw Error(ErrorKind::value, std::string(name_of(op)) +
                                       ": integer division by zero detected on cuda:" + std::to_string(device) +
                                       " by a kernel launched earlier (checked at this sync point); the quotients of "
                                       "a zero divisor were written as 0");
-  throw Error(ErrorKind::index, std::string(index_errors::op_name(code)) +
+  throw Error(ErrorKind::index, std::string(name_of(op)) +
                                     ": index out of range detected on cuda:" + std::to_string(device) +
                                     " by a kernel launched earlier (checked at this sync point); the values that op "
                                     "produced are undefined (its indices were clamped)");

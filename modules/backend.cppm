@@ -21,6 +21,7 @@ export namespace brrr::backend {
 
 using backend::BinaryKind;
 using backend::BinaryOp;
+using backend::CheckedOp;
 using backend::Distribution;
 using backend::GemmArgs;
 using backend::Integers;
@@ -85,12 +86,13 @@ void* output_data(const Tensor& t, const char* op);
      stable (max subtracted; rows of -inf give NaN as PyTorch). */                                                  \
   X(softmax, (const Operand& out, const Operand& in, bool log))                                                     \
   /* out[i][j][k] = in[i][index[i][j][k]][k] for dim 1 (likewise for any dim); index i64 with out's shape.          \
-     Out-of-range indices: Error(index) on the CPU; on CUDA clamped and reported through the deferred device       \
-     error flag (ops/index.cpp). */                                                                                 \
-  X(gather, (const Operand& out, const Operand& in, int dim, const Operand& index))                                 \
+     Out-of-range indices: Error(index) naming `op` on the CPU; on CUDA clamped and reported as `op` through the   \
+     deferred device error flag (ops/index.cpp). */                                                                 \
+  X(gather, (const Operand& out, const Operand& in, int dim, const Operand& index, CheckedOp op))                   \
   /* out[i][index[i][j][k]][k] += src[i][j][k] for dim 1 (likewise for any dim), in place. deterministic: a fixed   \
-     summation order (slower on CUDA) instead of atomics. */                                                        \
-  X(scatter_add, (const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic))       \
+     summation order (slower on CUDA) instead of atomics. Out-of-range indices as gather's. */                      \
+  X(scatter_add, (const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic,        \
+                  CheckedOp op))                                                                                    \
   /* im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the padding read pad_value. */ \
   X(im2col, (const Operand& out, const Operand& in, const Window2d& w, double pad_value))                           \
   /* col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W] (contiguous, zeroed by the      \

@@ -375,12 +375,15 @@ void mul_(const Tensor& x, Scalar y);
 // Not exported: helpers shared by the op families' implementation units.
 namespace brrr::ops_detail {
 
-/// A number for an error message: "%g" (0.1, -1e-09, inf, nan), never "-0.000000".
-std::string number_text(double v);
 /// Throws Error(device) unless all defined tensors are on one device; returns it.
 Device common_device(const char* op, std::initializer_list<Tensor> tensors);
 /// Throws Error(value) for an undefined tensor.
 void require_defined(const char* op, const Tensor& t, const char* name = "input");
+/// Throws Error::dtype_not_supported unless t is floating (f32, f64, bf16, f16); `what`
+/// names it in the message ("input", "weight", ...).
+void require_floating(const char* op, const Tensor& t, const char* what = "input");
+/// Throws Error::dtype_not_supported unless t holds indices (i32 or i64).
+void require_index_dtype(const char* op, const Tensor& t, const char* what = "index");
 /// Wraps dim into [0, ndim); Error(index) names op and shape.
 std::int64_t wrap_dim(const char* op, std::int64_t dim, std::int64_t ndim, const Shape& shape);
 /// Bitmask of the (wrapped, deduplicated) dims; empty dims = all dims.

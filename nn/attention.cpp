@@ -58,7 +58,7 @@ public:
 
   std::string name() const override {
     std::ostringstream os;
-    os << "CausalSelfAttention(embed_dim=" << e_ << ", num_heads=" << h_ << ", dropout=" << p_ << ")";
+    os << "CausalSelfAttention(embed_dim=" << e_ << ", num_heads=" << h_ << ", dropout=" << number_text(p_) << ")";
     return os.str();
   }
 

@@ -24,8 +24,7 @@ void require_tensor(const char* op, const Tensor& t) {
 void require_floating(const char* op, const Tensor& t) {
   require_tensor(op, t);
   if (!is_floating_point(t.dtype()))
-    throw Error(ErrorKind::dtype, std::string("init::") + op + ": needs a floating tensor, got " +
-                                      to_string(t.shape()) + " " + to_string(t.dtype()));
+    throw Error::dtype_not_supported(std::string("init::") + op, "needs a floating tensor", t);
 }
 
 TensorOptions draw_options(const Tensor& t) {
@@ -73,8 +72,8 @@ double calculate_gain(const std::string& nonlinearity, double param) {
 void uniform_(const Tensor& t, double low, double high) {
   require_floating("uniform_", t);
   if (!(low <= high))
-    throw Error(ErrorKind::value, "init::uniform_: low (" + std::to_string(low) + ") must be <= high (" +
-                                      std::to_string(high) + ")");
+    throw Error(ErrorKind::value, "init::uniform_: low (" + number_text(low) + ") must be <= high (" +
+                                      number_text(high) + ")");
   if (t.numel() == 0) return;
   NoGradGuard no_grad;
   Tensor u = rand(t.shape(), draw_options(t));
@@ -83,7 +82,7 @@ void uniform_(const Tensor& t, double low, double high) {
 
 void normal_(const Tensor& t, double mean, double std) {
   require_floating("normal_", t);
-  if (!(std >= 0)) throw Error(ErrorKind::value, "init::normal_: std must be >= 0, got " + std::to_string(std));
+  if (!(std >= 0)) throw Error::bad_value("init::normal_", "std", std, ">= 0");
   if (t.numel() == 0) return;
   NoGradGuard no_grad;
   Tensor z = randn(t.shape(), draw_options(t));

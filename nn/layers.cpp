@@ -35,12 +35,6 @@ Tensor own_parameter(const std::shared_ptr<ModuleImpl>& impl, const std::string&
   return {};
 }
 
-std::string num_str(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
 // Layers read their parameters from the registered list at each forward (not from copies),
 // so whatever sits there — a tied weight put in place through own_parameters() — is used.
 class LayerImpl : public ModuleImpl {
@@ -169,10 +163,10 @@ class DropoutImpl final : public ModuleImpl {
 public:
   explicit DropoutImpl(double p) : p_(p) {
     if (!(p >= 0.0 && p <= 1.0))
-      throw Error(ErrorKind::value, "Dropout: probability p must be in [0, 1], got " + num_str(p));
+      throw Error::bad_value("Dropout", "probability p", p, "in [0, 1]");
   }
   Tensor forward(const Tensor& x) override { return dropout(x, p_, training); }
-  std::string name() const override { return "Dropout(p=" + num_str(p_) + ")"; }
+  std::string name() const override { return "Dropout(p=" + number_text(p_) + ")"; }
 
 private:
   double p_;
@@ -197,7 +191,7 @@ public:
   std::string name() const override {
     std::string s = to_string(shape_);
     s = "(" + s.substr(1, s.size() - 2) + (shape_.size() == 1 ? ",)" : ")");
-    return "LayerNorm(" + s + ", eps=" + num_str(eps_) + ", elementwise_affine=" + bool_str(affine_) + ")";
+    return "LayerNorm(" + s + ", eps=" + number_text(eps_) + ", elementwise_affine=" + bool_str(affine_) + ")";
   }
 
 private:

@@ -348,7 +348,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   require_defined("where", a, "first operand");
   require_defined("where", b, "second operand");
   if (condition.dtype() != DType::boolean)
-    throw Error(ErrorKind::dtype, "where: the condition must be bool, got " + describe(condition));
+    throw Error::dtype_not_supported("where", "the condition must be bool", condition);
   DType dtype = promote_types(a.dtype(), b.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(condition.shape(), a.shape(), "where"), b.shape(), "where");
   if (is_wrapped_number(condition)) {  // a known condition picks a side (inside backward rules)

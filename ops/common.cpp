@@ -12,15 +12,18 @@ namespace brrr {
 
 namespace ops_detail {
 
-
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 void require_defined(const char* op, const Tensor& t, const char* name) {
   if (!t.defined()) throw Error(ErrorKind::value, std::string(op) + ": " + name + " is an undefined tensor");
+}
+
+void require_floating(const char* op, const Tensor& t, const char* what) {
+  if (!is_floating_point(t.dtype()))
+    throw Error::dtype_not_supported(op, std::string("expected a floating-point ") + what + " (f32, f64, bf16, f16)", t);
+}
+
+void require_index_dtype(const char* op, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::i32 && t.dtype() != DType::i64)
+    throw Error::dtype_not_supported(op, std::string(what) + " must be i32 or i64", t);
 }
 
 Device common_device(const char* op, std::initializer_list<Tensor> tensors) {
@@ -40,10 +43,7 @@ Device common_device(const char* op, std::initializer_list<Tensor> tensors) {
 
 std::int64_t wrap_dim(const char* op, std::int64_t dim, std::int64_t ndim, const Shape& shape) {
   std::int64_t n = ndim == 0 ? 1 : ndim;  // a 0-d tensor accepts dim 0 / -1, as in PyTorch
-  if (dim < -n || dim >= n)
-    throw Error(ErrorKind::index, std::string(op) + ": dim " + std::to_string(dim) + " out of range for shape " +
-                                      to_string(shape) + " (expected in [" + std::to_string(-n) + ", " +
-                                      std::to_string(n - 1) + "])");
+  if (dim < -n || dim >= n) throw Error::dim_out_of_range(op, dim, ndim, shape);
   return dim < 0 ? dim + n : dim;
 }
 
@@ -121,9 +121,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      throw Error(ErrorKind::shape, std::string(op) + ": shapes " + to_string(a) + " and " + to_string(b) +
-                                        " cannot be broadcast (dim " + std::to_string(i) + ": " + std::to_string(da) +
-                                        " vs " + std::to_string(db) + ")");
+      throw Error::shape_mismatch(op, a, b, "cannot be broadcast (dim " + std::to_string(i) + ": " +
+                                                std::to_string(da) + " vs " + std::to_string(db) + ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -19,11 +19,10 @@ using namespace ops_detail;
 Tensor dropout(const Tensor& x, double p, bool training) {
   NvtxRange range("dropout");
   require_defined("dropout", x);
-  if (!(p >= 0.0 && p <= 1.0))
-    throw Error(ErrorKind::value, "dropout: probability p must be in [0, 1], got " + std::to_string(p));
+  if (!(p >= 0.0 && p <= 1.0)) throw Error::bad_value("dropout", "probability p", p, "in [0, 1]");
   if (!training || p == 0.0) return x;
   if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype, "dropout: input must be floating point, got " + describe(x));
+    throw Error::dtype_not_supported("dropout", "expected a floating-point input", x);
   if (p == 1.0) return mul(x, 0.0);
   Tensor noise;
   {

@@ -9,8 +9,8 @@
 //
 // Index validation: the CPU kernels throw Error(index) at the call; the CUDA kernels clamp
 // bad indices and set the device's deferred error flag, which the host reads at its next
-// sync point (no sync here). Either way the message names the public op: each op sets the
-// thread's "current index op" (cuda/device_errors.cpp) around its kernels.
+// sync point (no sync here). Either way the message names the public op, which each op passes
+// to its kernels (backend::CheckedOp).
 module;
 #include <atomic>
 #include <cstdint>
@@ -18,7 +18,6 @@ module;
 #include <optional>
 #include <string>
 #include <vector>
-#include "cuda/device_error_codes.hpp"
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
@@ -31,19 +30,7 @@ namespace {
 
 std::atomic<bool> deterministic_on{false};
 
-// Names the public op in the index errors of the kernels launched within its scope.
-class IndexOpScope {
-public:
-  explicit IndexOpScope(int code) : previous_(index_errors::exchange_current_op(code)) {}
-  ~IndexOpScope() { index_errors::exchange_current_op(previous_); }
-  IndexOpScope(const IndexOpScope&) = delete;
-  IndexOpScope& operator=(const IndexOpScope&) = delete;
-
-private:
-  int previous_;
-};
-
-bool is_index_dtype(DType d) { return d == DType::i32 || d == DType::i64; }
+using backend::CheckedOp;
 
 // A 0-d tensor as a 1-element 1-d view (PyTorch treats 0-d operands of gather/scatter as 1-d).
 Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.view({1}) : t; }
@@ -55,27 +42,25 @@ Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.view({1}) : t; }
 
 // --- kernels (never recorded). x and index at least 1-d, of one ndim; checks done. ---------
 
-Tensor gather_kernel(int code, const char* name, const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor gather_kernel(CheckedOp code, const char* name, const Tensor& x, std::int64_t dim, const Tensor& index) {
   NoGradGuard no_grad;
   Tensor out = empty(index.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() > 0) {
-    IndexOpScope scope(code);
     backend::backend_for(x.device())
         .gather(backend::output(out, name), backend::input(x, name), static_cast<int>(dim),
-                backend::input(index, name));
+                backend::input(index, name), code);
   }
   return out;
 }
 
 // Adds src (index's shape) into `out` (a fresh tensor this op owns) in place.
-void scatter_kernel(int code, const char* name, const Tensor& out, std::int64_t dim, const Tensor& index,
+void scatter_kernel(CheckedOp code, const char* name, const Tensor& out, std::int64_t dim, const Tensor& index,
                     const Tensor& src) {
   if (index.numel() == 0) return;
   NoGradGuard no_grad;
-  IndexOpScope scope(code);
   backend::backend_for(out.device())
       .scatter_add(backend::output(out, name), static_cast<int>(dim), backend::input(index, name),
-                   backend::input(src, name), deterministic_on.load(std::memory_order_relaxed));
+                   backend::input(src, name), deterministic_on.load(std::memory_order_relaxed), code);
 }
 
 // src restricted to index's extent (views): the elements the scatter reads.
@@ -89,9 +74,9 @@ Tensor narrow_to_index(const Tensor& src, const Tensor& index) {
 
 // --- recorded building blocks --------------------------------------------------------------
 
-Tensor gather_recorded(int code, const char* name, const char* backward_name, const Tensor& x, std::int64_t dim,
+Tensor gather_recorded(CheckedOp code, const char* name, const char* backward_name, const Tensor& x, std::int64_t dim,
                        const Tensor& index);
-Tensor scatter_into_zeros(int code, const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter_into_zeros(CheckedOp code, const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src);
 
 // t (a block at the origin of `shape`) placed into zeros of `shape`: the gradient of src
 // elements that index does not reach is 0. A scatter along dim 0 at each element's own row.
@@ -100,19 +85,19 @@ Tensor pad_with_zeros(const Tensor& t, const Shape& shape) {
   Shape row(t.dim(), 1);
   row[0] = t.size(0);
   Tensor rows = arange(t.size(0), {.dtype = DType::i64, .device = t.device()}).view(row).expand(t.shape());
-  return scatter_into_zeros(index_errors::scatter_add, shape, 0, rows, t);
+  return scatter_into_zeros(CheckedOp::scatter_add, shape, 0, rows, t);
 }
 
 // scatter_add's gradient: the output gradient for x, and for src the output gradient
 // gathered at the index (zero where src reaches beyond the index).
-autograd::Grads scatter_add_rule(const autograd::Backward& c, int code, std::int64_t dim, const Tensor& index,
+autograd::Grads scatter_add_rule(const autograd::Backward& c, CheckedOp code, std::int64_t dim, const Tensor& index,
                                  const Shape& src_shape) {
   Tensor gsrc;
   if (c.needs(1)) gsrc = pad_with_zeros(gather_recorded(code, "gather", "GatherBackward", c.grad(), dim, index), src_shape);
   return {c.needs(0) ? c.grad() : Tensor(), gsrc};
 }
 
-Tensor gather_recorded(int code, const char* name, const char* backward_name, const Tensor& x, std::int64_t dim,
+Tensor gather_recorded(CheckedOp code, const char* name, const char* backward_name, const Tensor& x, std::int64_t dim,
                        const Tensor& index) {
   Tensor out = gather_kernel(code, name, x, dim, index);
   // gather's gradient: scattered back into zeros of x's shape.
@@ -124,7 +109,7 @@ Tensor gather_recorded(int code, const char* name, const char* backward_name, co
 }
 
 // zeros(shape) with src (index's shape) scattered in; differentiable in src.
-Tensor scatter_into_zeros(int code, const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor scatter_into_zeros(CheckedOp code, const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src) {
   Tensor out = zeros(shape, {.dtype = src.dtype(), .device = src.device()});
   scatter_kernel(code, "scatter_add", out, dim, index, src);
   if (autograd::any_requires_grad({src}) && is_floating_point(src.dtype()))
@@ -164,10 +149,10 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
   require_defined("gather", index, "index");
   common_device("gather", {x, index});
   if (index.dtype() != DType::i64)
-    throw Error(ErrorKind::dtype, "gather: index must be i64, got " + describe(index));
+    throw Error::dtype_not_supported("gather", "index must be i64", index);
   std::int64_t d = wrap_dim("gather", dim, x.dim(), x.shape());
   check_index_shapes("gather", x, d, index, nullptr);
-  Tensor out = gather_recorded(index_errors::gather, "gather", "GatherBackward", at_least_1d(x), d, at_least_1d(index));
+  Tensor out = gather_recorded(CheckedOp::gather, "gather", "GatherBackward", at_least_1d(x), d, at_least_1d(index));
   return index.dim() == 0 ? out.view({}) : out;
 }
 
@@ -178,11 +163,11 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
   require_defined("scatter_add", src, "src");
   common_device("scatter_add", {x, index, src});
   if (index.dtype() != DType::i64)
-    throw Error(ErrorKind::dtype, "scatter_add: index must be i64, got " + describe(index));
+    throw Error::dtype_not_supported("scatter_add", "index must be i64", index);
   if (src.dtype() != x.dtype())
     throw Error(ErrorKind::dtype, "scatter_add: src " + describe(src) + " must have the dtype of input " + describe(x));
   if (x.dtype() == DType::boolean)
-    throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported, got " + describe(x));
+    throw Error::dtype_not_supported("scatter_add", "bool tensors are not supported", x);
   std::int64_t d = wrap_dim("scatter_add", dim, x.dim(), x.shape());
   check_index_shapes("scatter_add", x, d, index, &src);
   Tensor x1 = at_least_1d(x), i1 = at_least_1d(index), s1 = at_least_1d(src);
@@ -191,10 +176,10 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
     NoGradGuard no_grad;
     out = x1.clone();
   }
-  scatter_kernel(index_errors::scatter_add, "scatter_add", out, d, i1, narrow_to_index(s1, i1));
+  scatter_kernel(CheckedOp::scatter_add, "scatter_add", out, d, i1, narrow_to_index(s1, i1));
   if (autograd::any_requires_grad({x1, s1}) && is_floating_point(x.dtype()))
     autograd::record("ScatterAddBackward", {x1, s1}, {out}, {i1}, [d, shape = s1.shape()](const autograd::Backward& c) {
-      return scatter_add_rule(c, index_errors::scatter_add, d, c.saved(0), shape);
+      return scatter_add_rule(c, CheckedOp::scatter_add, d, c.saved(0), shape);
     });
   return x.dim() == 0 ? out.view({}) : out;
 }
@@ -204,8 +189,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
   require_defined("index_select", x);
   require_defined("index_select", index, "index");
   common_device("index_select", {x, index});
-  if (!is_index_dtype(index.dtype()))
-    throw Error(ErrorKind::dtype, "index_select: index must be i32 or i64, got " + describe(index));
+  require_index_dtype("index_select", index);
   if (index.dim() > 1)
     throw Error(ErrorKind::shape, "index_select: index must be 1-D (or 0-d), got " + describe(index));
   std::int64_t d = wrap_dim("index_select", dim, x.dim(), x.shape());
@@ -213,7 +197,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
   if (x.dim() == 0) {
     if (k != 1)
       throw Error(ErrorKind::index, "index_select: a 0-d input takes exactly one index, got " + describe(index));
-    Tensor out = gather_recorded(index_errors::index_select, "index_select", "IndexSelectBackward", x.view({1}), 0,
+    Tensor out = gather_recorded(CheckedOp::index_select, "index_select", "IndexSelectBackward", x.view({1}), 0,
                                  index.reshape({1}));
     return out.view({});
   }
@@ -223,7 +207,7 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
   Shape along(static_cast<std::size_t>(x.dim()), 1);
   along[static_cast<std::size_t>(d)] = k;
   Tensor expanded = index.reshape(along).expand(out_shape);
-  return gather_recorded(index_errors::index_select, "index_select", "IndexSelectBackward", x, d, expanded);
+  return gather_recorded(CheckedOp::index_select, "index_select", "IndexSelectBackward", x, d, expanded);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std::int64_t> padding_idx) {
@@ -234,8 +218,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
   if (weight.dim() != 2)
     throw Error(ErrorKind::shape, "embedding: weight must be 2-D [num_embeddings, embedding_dim], got " +
                                       describe(weight));
-  if (!is_index_dtype(indices.dtype()))
-    throw Error(ErrorKind::dtype, "embedding: indices must be i32 or i64, got " + describe(indices));
+  require_index_dtype("embedding", indices, "indices");
   const std::int64_t v = weight.size(0), dsize = weight.size(1), n = indices.numel();
   std::optional<std::int64_t> padding;
   if (padding_idx) {
@@ -253,7 +236,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
     NoGradGuard no_grad;
     flat = indices.reshape({n});
     index = flat.unsqueeze(1).expand({n, dsize});
-    out = gather_kernel(index_errors::embedding, "embedding", weight, 0, index).view(out_shape);
+    out = gather_kernel(CheckedOp::embedding, "embedding", weight, 0, index).view(out_shape);
   }
   // The gradient: a scatter-add of the output gradient rows into zeros of weight's shape,
   // with the padding_idx rows zeroed.
@@ -263,7 +246,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
                        Tensor index = c.saved(1);
                        Tensor rows = c.grad().reshape(index.shape());  // [N, D]
                        if (padding) rows = masked_fill(rows, eq(c.saved(0), *padding).unsqueeze(1), 0.0);
-                       return autograd::Grads{scatter_into_zeros(index_errors::embedding, shape, 0, index, rows)};
+                       return autograd::Grads{scatter_into_zeros(CheckedOp::embedding, shape, 0, index, rows)};
                      });
   return out;
 }
@@ -271,8 +254,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
 Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
   NvtxRange range("one_hot");
   require_defined("one_hot", indices, "indices");
-  if (!is_index_dtype(indices.dtype()))
-    throw Error(ErrorKind::dtype, "one_hot: indices must be i32 or i64, got " + describe(indices));
+  require_index_dtype("one_hot", indices, "indices");
   if (num_classes <= 0)
     throw Error(ErrorKind::value, "one_hot: num_classes must be > 0, got " + std::to_string(num_classes) +
                                       " (it is not inferred: that would need a host sync)");
@@ -283,7 +265,7 @@ Tensor one_hot(const Tensor& indices, std::int64_t num_classes) {
     NoGradGuard no_grad;
     Tensor index = indices.unsqueeze(-1);
     Tensor ones = full({}, 1.0, {.dtype = DType::i64, .device = indices.device()}).expand(index.shape());
-    scatter_kernel(index_errors::one_hot, "one_hot", out, out.dim() - 1, index, ones);
+    scatter_kernel(CheckedOp::one_hot, "one_hot", out, out.dim() - 1, index, ones);
   }
   return out;
 }
@@ -294,7 +276,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   require_defined("masked_fill", mask, "mask");
   common_device("masked_fill", {x, mask});
   if (mask.dtype() != DType::boolean)
-    throw Error(ErrorKind::dtype, "masked_fill: mask must be bool, got " + describe(mask));
+    throw Error::dtype_not_supported("masked_fill", "mask must be bool", mask);
   (void)broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   Tensor fill = full({}, value.value, {.dtype = x.dtype(), .device = x.device()});
   return where(mask, fill, x);

@@ -65,8 +65,7 @@ autograd::Grads layer_norm_rule(const autograd::Backward& c, const LayerNormInpu
 
 void check_param(const Tensor& p, const char* name, const Shape& normalized_shape) {
   if (!p.defined()) return;
-  if (!is_floating_point(p.dtype()))
-    throw Error(ErrorKind::dtype, std::string(op) + ": " + name + " must be floating-point, got " + describe(p));
+  require_floating(op, p, name);
   if (p.shape() != normalized_shape)
     throw Error(ErrorKind::shape, std::string(op) + ": " + name + " shape " + to_string(p.shape()) +
                                       " does not match normalized_shape " + to_string(normalized_shape));
@@ -79,9 +78,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   NvtxRange range(op);
   require_defined(op, x);
   Device dev = common_device(op, {x, weight, bias});
-  if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype,
-                std::string(op) + ": expected a floating-point input (f32, f64, bf16, f16), got " + describe(x));
+  require_floating(op, x);
   const std::size_t k = normalized_shape.size();
   if (k == 0)
     throw Error(ErrorKind::shape, std::string(op) + ": normalized_shape must have at least one dim, got [] for input " +

@@ -48,9 +48,7 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
   require_defined(name, input, "input");
   require_defined(name, target, "target");
   common_device(name, {input, target});
-  if (!is_floating_point(input.dtype()))
-    throw Error(ErrorKind::dtype, std::string(name) + ": expected floating-point input (f32, f64, bf16, f16), got " +
-                                      describe(input));
+  require_floating(name, input);
   if (target.dtype() != DType::i64 && target.dtype() != DType::i32)
     throw Error(ErrorKind::dtype, std::string(name) + ": target must hold class indices (i64 or i32), got " +
                                       describe(target) + " (probability targets are not supported)");
@@ -86,7 +84,7 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
   }
   // On CUDA the targets are checked by the kernels instead (reading them here would make the
   // host wait): cross_entropy's kernel reports one outside [0, C) through the deferred device
-  // error flag (code index_errors::nll_target), raised at the next sync point. nll_loss's
+  // error flag (CheckedOp::nll_target), raised at the next sync point. nll_loss's
   // one-hot pick is not checked there: such a sample matches no class and adds 0.
 }
 

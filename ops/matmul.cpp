@@ -67,9 +67,8 @@ Plan make_plan(const Tensor& a, const Tensor& b) {
   if (b.dim() == 1) p.b_full.push_back(1);
   std::int64_t ka = p.a_full.back(), kb = p.b_full[p.b_full.size() - 2];
   if (ka != kb)
-    throw Error(ErrorKind::shape, "matmul: shapes " + to_string(a.shape()) + " and " + to_string(b.shape()) +
-                                      " cannot be multiplied (" + std::to_string(ka) + " != " + std::to_string(kb) +
-                                      ")");
+    throw Error::shape_mismatch("matmul", a.shape(), b.shape(),
+                                "cannot be multiplied (" + std::to_string(ka) + " != " + std::to_string(kb) + ")");
   p.m = p.a_full[p.a_full.size() - 2];
   p.k = ka;
   p.n = p.b_full.back();

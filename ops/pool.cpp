@@ -43,8 +43,7 @@ Pool prepare(const char* op, const Tensor& x, const Pool2dOptions& o, bool use_d
   if (x.dim() != 3 && x.dim() != 4)
     throw Error(ErrorKind::shape, std::string(op) + ": expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got " +
                                       describe(x));
-  if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype, std::string(op) + ": needs a floating dtype, got " + describe(x));
+  require_floating(op, x);
   std::array<std::int64_t, 2> k = o.kernel_size, s = o.stride.value_or(o.kernel_size), p = o.padding;
   std::array<std::int64_t, 2> d = use_dilation ? o.dilation : std::array<std::int64_t, 2>{1, 1};
   for (int i = 0; i < 2; ++i) {

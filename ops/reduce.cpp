@@ -213,8 +213,7 @@ Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
   NvtxRange range("mean");
   require_defined("mean", x);
   if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype, "mean: expected a floating-point input, got " + describe(x) +
-                                      " (convert first, e.g. x.to(DType::f32))");
+    throw Error::dtype_not_supported("mean", "expected a floating-point input", x, "convert first, e.g. x.to(DType::f32)");
   std::uint32_t mask = dims_mask("mean", dims, x.shape());
   double n = static_cast<double>(reduced_count(x.shape(), mask));
   Tensor out;
@@ -285,11 +284,8 @@ Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
 Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
   NvtxRange range("var");
   require_defined("var", x);
-  if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype, "var: expected a floating-point input, got " + describe(x));
-  if (!std::isfinite(correction))
-    throw Error(ErrorKind::value, "var: correction must be finite, got " + number_text(correction) +
-                                      " (input " + describe(x) + ")");
+  require_floating("var", x);
+  if (!std::isfinite(correction)) throw Error::bad_value("var", "correction", correction, "finite");
   std::uint32_t mask = dims_mask("var", dims, x.shape());
   if (x.dtype() == DType::bf16 || x.dtype() == DType::f16)  // in f32, rounded once (to() is differentiable)
     return var(x.to(DType::f32), std::move(dims), correction, keepdim).to(x.dtype());
@@ -310,8 +306,7 @@ Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
 Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
   NvtxRange range("std");
   require_defined("std", x);
-  if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype, "std: expected a floating-point input, got " + describe(x));
+  require_floating("std", x);
   // Where the variance is 0 the gradient is 0 (PyTorch's std_backward), not 0 * 1/(2*0) = NaN:
   // the sqrt sees 1 there (mask the input) and the result is put back to 0.
   Tensor v = var(x, std::move(dims), correction, keepdim);

@@ -49,9 +49,7 @@ Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log) {
   const char* name = op_name(log);
   NvtxRange range(name);
   require_defined(name, x);
-  if (!is_floating_point(x.dtype()))
-    throw Error(ErrorKind::dtype, std::string(name) + ": expected a floating-point tensor (f32, f64, bf16, f16), got " +
-                                      describe(x));
+  require_floating(name, x, "tensor");
   const std::int64_t d = wrap_dim(name, dim, x.dim(), x.shape());
   Tensor out;
   {

@@ -35,7 +35,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double p0, double p1) {
   require_defined(name, x);
   DType dtype = x.dtype();
   if (dtype == DType::boolean && keeps_integers(op))
-    throw Error(ErrorKind::dtype, std::string(name) + ": not defined for bool tensors, got " + describe(x));
+    throw Error::dtype_not_supported(name, "not defined for bool tensors", x);
   if (!keeps_integers(op) && !is_floating_point(dtype)) dtype = DType::f32;
   NoGradGuard no_grad;
   Tensor cx = x.dtype() == dtype ? x : x.to(dtype);

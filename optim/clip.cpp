@@ -16,10 +16,8 @@ namespace brrr::optim {
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
   const bool inf_norm = std::isinf(norm_type) && norm_type > 0;
   if (!inf_norm && !(std::isfinite(norm_type) && norm_type > 0))
-    throw Error(ErrorKind::value, "clip_grad_norm_: invalid norm_type " + std::to_string(norm_type) +
-                                      " (expected a positive number or infinity)");
-  if (std::isnan(max_norm) || max_norm < 0)
-    throw Error(ErrorKind::value, "clip_grad_norm_: invalid max_norm " + std::to_string(max_norm) + " (expected >= 0)");
+    throw Error::bad_value("clip_grad_norm_", "norm_type", norm_type, "a positive number or infinity");
+  if (std::isnan(max_norm) || max_norm < 0) throw Error::bad_value("clip_grad_norm_", "max_norm", max_norm, ">= 0");
   NoGradGuard no_grad;
 
   // The parameters with a gradient, and their common device.

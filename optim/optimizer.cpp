@@ -21,14 +21,9 @@ namespace brrr::optim {
 
 namespace {
 
-std::string num(double v) {
-  std::string s = std::to_string(v);
-  // trim trailing zeros of "%f" ("0.100000" -> "0.1")
-  if (s.find('.') != std::string::npos) {
-    while (!s.empty() && s.back() == '0') s.pop_back();
-    if (!s.empty() && s.back() == '.') s.pop_back();
-  }
-  return s;
+// Error(value) unless `value` is finite and >= 0 (`name` of `op`: learning rate, eps, ...).
+void require_non_negative(const std::string& op, const char* name, double value) {
+  if (!(std::isfinite(value) && value >= 0)) throw Error::bad_value(op, name, value, "finite and >= 0");
 }
 
 void require(bool ok, const std::string& message) {
@@ -102,7 +97,7 @@ void check_floating(const char* op, std::size_t index, const Tensor& p) {
 Optimizer::Optimizer(std::vector<Tensor> params, double lr, const char* name) : params_(std::move(params)), lr_(lr) {
   std::string op = name;
   require(!params_.empty(), op + ": got an empty parameter list");
-  require(std::isfinite(lr) && lr >= 0, op + ": invalid learning rate " + num(lr) + " (expected >= 0)");
+  require_non_negative(op, "learning rate", lr);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     require(p.defined(), op + ": parameter " + std::to_string(i) + " is an undefined tensor");
@@ -141,18 +136,17 @@ void Optimizer::zero_grad(bool set_to_none) {
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params), options.lr, "SGD"), options_(options) {
   const SGDOptions& o = options_;
-  require(std::isfinite(o.momentum) && o.momentum >= 0, "SGD: invalid momentum " + num(o.momentum) + " (expected >= 0)");
-  require(std::isfinite(o.dampening), "SGD: invalid dampening " + num(o.dampening));
-  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-          "SGD: invalid weight_decay " + num(o.weight_decay) + " (expected >= 0)");
+  require_non_negative("SGD", "momentum", o.momentum);
+  if (!std::isfinite(o.dampening)) throw Error::bad_value("SGD", "dampening", o.dampening, "finite");
+  require_non_negative("SGD", "weight_decay", o.weight_decay);
   require(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
-          "SGD: nesterov momentum requires a momentum > 0 and zero dampening (got momentum " + num(o.momentum) +
-              ", dampening " + num(o.dampening) + ")");
+          "SGD: nesterov momentum requires a momentum > 0 and zero dampening (got momentum " +
+              number_text(o.momentum) + ", dampening " + number_text(o.dampening) + ")");
   momentum_.resize(params_.size());
 }
 
 void SGD::step() {
-  require(std::isfinite(lr_) && lr_ >= 0, "SGD.step: invalid learning rate " + num(lr_) + " (expected >= 0)");
+  require_non_negative("SGD.step", "learning rate", lr_);
   NoGradGuard no_grad;
   const SGDOptions& o = options_;
   std::map<GroupKey, Group> groups;
@@ -201,11 +195,10 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
   std::string op = name;
   const AdamOptions& o = options_;
   auto [b1, b2] = o.betas;
-  require(std::isfinite(b1) && b1 >= 0 && b1 < 1, op + ": invalid beta1 " + num(b1) + " (expected in [0, 1))");
-  require(std::isfinite(b2) && b2 >= 0 && b2 < 1, op + ": invalid beta2 " + num(b2) + " (expected in [0, 1))");
-  require(std::isfinite(o.eps) && o.eps >= 0, op + ": invalid eps " + num(o.eps) + " (expected >= 0)");
-  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
-          op + ": invalid weight_decay " + num(o.weight_decay) + " (expected >= 0)");
+  if (!(b1 >= 0 && b1 < 1)) throw Error::bad_value(op, "beta1", b1, "in [0, 1)");
+  if (!(b2 >= 0 && b2 < 1)) throw Error::bad_value(op, "beta2", b2, "in [0, 1)");
+  require_non_negative(op, "eps", o.eps);
+  require_non_negative(op, "weight_decay", o.weight_decay);
   exp_avg_.resize(params_.size());
   exp_avg_sq_.resize(params_.size());
   max_exp_avg_sq_.resize(params_.size());
@@ -213,7 +206,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, cons
 
 void Adam::step() {
   const char* op = decoupled_ ? "AdamW.step" : "Adam.step";
-  require(std::isfinite(lr_) && lr_ >= 0, std::string(op) + ": invalid learning rate " + num(lr_) + " (expected >= 0)");
+  require_non_negative(op, "learning rate", lr_);
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
   // t counts this optimizer's steps (see the class comment).

@@ -16,8 +16,7 @@ StepLR::StepLR(Optimizer& optimizer, std::int64_t step_size, double gamma)
     : opt_(&optimizer), step_size_(step_size), gamma_(gamma), base_lr_(optimizer.lr()) {
   if (step_size <= 0)
     throw Error(ErrorKind::value, "StepLR: step_size must be positive, got " + std::to_string(step_size));
-  if (!std::isfinite(gamma) || gamma < 0)
-    throw Error(ErrorKind::value, "StepLR: invalid gamma " + std::to_string(gamma) + " (expected >= 0)");
+  if (!std::isfinite(gamma) || gamma < 0) throw Error::bad_value("StepLR", "gamma", gamma, "finite and >= 0");
 }
 
 void StepLR::step() {
@@ -45,8 +44,7 @@ CosineWithWarmup::CosineWithWarmup(Optimizer& optimizer, std::int64_t warmup_ste
     throw Error(ErrorKind::value, "CosineWithWarmup: total_steps (" + std::to_string(total_steps) +
                                       ") must be positive and >= warmup_steps (" + std::to_string(warmup_steps) + ")");
   if (!std::isfinite(min_lr) || min_lr < 0 || min_lr > base_lr_)
-    throw Error(ErrorKind::value, "CosineWithWarmup: min_lr " + std::to_string(min_lr) +
-                                      " must be in [0, base lr " + std::to_string(base_lr_) + "]");
+    throw Error::bad_value("CosineWithWarmup", "min_lr", min_lr, "in [0, base lr " + number_text(base_lr_) + "]");
   opt_->set_lr(lr_at(0));
 }
 

@@ -13,6 +13,7 @@ module;
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/contract.hpp"  // DType, itemsize, is_floating_point
@@ -42,16 +43,40 @@ enum class ErrorKind : std::uint8_t {
 /// Returns the kind's name, e.g. "shape".
 const char* to_string(ErrorKind kind);
 
+class Tensor;
+/// Sizes (or strides) of a tensor, one entry per dimension.
+using Shape = std::vector<std::int64_t>;
+
 /// The one exception type brrr throws. what() names the op and the offending shapes, dtypes
-/// and devices, e.g. "view: shape [2, 3] is invalid for input of size 5".
+/// and devices, e.g. "view: shape [2, 3] is invalid for input of size 5". The recurring
+/// kinds have a constructor each, so that every op words them alike.
 class Error : public std::runtime_error {
 public:
   Error(ErrorKind kind, const std::string& message);
   ErrorKind kind() const noexcept { return kind_; }
 
+  /// Error(index): "<op>: dim <dim> out of range for a <n>-d tensor of shape <shape>
+  /// (expected in [-n, n-1])", n = `ndim` (the dims `dim` may name: the shape's, or one
+  /// more where a dim is inserted; a 0-d tensor takes 0 and -1).
+  static Error dim_out_of_range(std::string_view op, std::int64_t dim, std::int64_t ndim, const Shape& shape);
+  /// Error(dtype): "<op>: <expected>, got <describe(t)>[ (<hint>)]", e.g. "mean: expected a
+  /// floating-point input, got [2] i64 on cpu (convert first, e.g. x.to(DType::f32))".
+  static Error dtype_not_supported(std::string_view op, std::string_view expected, const Tensor& t,
+                                   std::string_view hint = {});
+  /// Error(shape): "<op>: shapes <a> and <b> <why>", e.g. "matmul: shapes [32, 784] and
+  /// [128, 10] cannot be multiplied (784 != 128)".
+  static Error shape_mismatch(std::string_view op, const Shape& a, const Shape& b, std::string_view why);
+  /// Error(value): "<op>: <name> must be <expected>, got <value>" with the value written by
+  /// number_text, e.g. "dropout: p must be in [0, 1], got 1.5".
+  static Error bad_value(std::string_view op, std::string_view name, double value, std::string_view expected);
+
 private:
   ErrorKind kind_;
 };
+
+/// How messages write a number: printf's "%g" (0.1, -1e-09, 1e+20, inf, nan), never
+/// "-0.000000". The one number formatter of brrr's messages and printouts of options.
+std::string number_text(double v);
 
 // ---------------------------------------------------------------------------------------
 // DType
@@ -133,8 +158,6 @@ std::ostream& operator<<(std::ostream& os, Device device);
 // Shape and Layout
 // ---------------------------------------------------------------------------------------
 
-/// Sizes (or strides) of a tensor, one entry per dimension.
-using Shape = std::vector<std::int64_t>;
 /// "[2, 3]".
 std::string to_string(const Shape& shape);
 

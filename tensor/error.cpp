@@ -1,6 +1,10 @@
+// Error, its constructors of the recurring kinds, and the one number formatter of messages.
 module;
+#include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 module brrr.tensor;
 
 namespace brrr {
@@ -22,7 +26,36 @@ const char* to_string(ErrorKind kind) {
   return "?";
 }
 
-Error::Error(ErrorKind kind, const std::string& message)
-    : std::runtime_error(message), kind_(kind) {}
+Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+
+Error Error::dim_out_of_range(std::string_view op, std::int64_t dim, std::int64_t ndim, const Shape& shape) {
+  const std::int64_t n = ndim == 0 ? 1 : ndim;  // a 0-d tensor accepts dim 0 / -1, as in PyTorch
+  return Error(ErrorKind::index, std::string(op) + ": dim " + std::to_string(dim) + " out of range for a " +
+                                     std::to_string(shape.size()) + "-d tensor of shape " + to_string(shape) +
+                                     " (expected in [" + std::to_string(-n) + ", " + std::to_string(n - 1) + "])");
+}
+
+Error Error::dtype_not_supported(std::string_view op, std::string_view expected, const Tensor& t,
+                                 std::string_view hint) {
+  std::string m = std::string(op) + ": " + std::string(expected) + ", got " + describe(t);
+  if (!hint.empty()) m += " (" + std::string(hint) + ")";
+  return Error(ErrorKind::dtype, m);
+}
+
+Error Error::shape_mismatch(std::string_view op, const Shape& a, const Shape& b, std::string_view why) {
+  return Error(ErrorKind::shape,
+               std::string(op) + ": shapes " + to_string(a) + " and " + to_string(b) + " " + std::string(why));
+}
+
+Error Error::bad_value(std::string_view op, std::string_view name, double value, std::string_view expected) {
+  return Error(ErrorKind::value, std::string(op) + ": " + std::string(name) + " must be " + std::string(expected) +
+                                     ", got " + number_text(value));
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 
 }  // namespace brrr

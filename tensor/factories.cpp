@@ -49,7 +49,7 @@ Tensor arange(std::int64_t end, TensorOptions options) {
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
   auto text = [&] {
-    return "arange(" + std::to_string(start) + ", " + std::to_string(end) + ", " + std::to_string(step) + ")";
+    return "arange(" + number_text(start) + ", " + number_text(end) + ", " + number_text(step) + ")";
   };
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw Error(ErrorKind::value, text() + ": step must be non-zero and all bounds finite");

@@ -69,17 +69,13 @@ void* Tensor::data_ptr() const {
 
 std::int64_t Tensor::size(std::int64_t d) const {
   std::int64_t n = checked("size").layout.dim();
-  if (d < -n || d >= n)
-    throw Error(ErrorKind::index, "size: dim " + std::to_string(d) + " out of range for a " +
-                                      std::to_string(n) + "-d tensor of shape " + to_string(shape()));
+  if (d < -n || d >= n) throw Error::dim_out_of_range("size", d, n, shape());
   return shape()[static_cast<std::size_t>(d < 0 ? d + n : d)];
 }
 
 std::int64_t Tensor::stride(std::int64_t d) const {
   std::int64_t n = checked("stride").layout.dim();
-  if (d < -n || d >= n)
-    throw Error(ErrorKind::index, "stride: dim " + std::to_string(d) + " out of range for a " +
-                                      std::to_string(n) + "-d tensor of shape " + to_string(shape()));
+  if (d < -n || d >= n) throw Error::dim_out_of_range("stride", d, n, shape());
   return strides()[static_cast<std::size_t>(d < 0 ? d + n : d)];
 }
 

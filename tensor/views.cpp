@@ -23,15 +23,9 @@ Tensor reshape_node(const char* op, const Tensor& input, Tensor view) {
   return view;
 }
 
-std::string dim_error(const char* op, std::int64_t d, std::int64_t ndim, const Shape& shape) {
-  return std::string(op) + ": dim " + std::to_string(d) + " out of range for a " + std::to_string(ndim) +
-         "-d tensor of shape " + to_string(shape) + " (expected in [" + std::to_string(ndim ? -ndim : -1) +
-         ", " + std::to_string(ndim ? ndim - 1 : 0) + "])";
-}
-
 // Wraps a possibly negative dim into [0, ndim). `ndim` may be one larger for unsqueeze.
 std::int64_t wrap_dim(const char* op, std::int64_t d, std::int64_t ndim, const Shape& shape) {
-  if (d < -ndim || d >= ndim) throw Error(ErrorKind::index, dim_error(op, d, ndim, shape));
+  if (d < -ndim || d >= ndim) throw Error::dim_out_of_range(op, d, ndim, shape);
   return d < 0 ? d + ndim : d;
 }
 

@@ -8,7 +8,6 @@ module;
 #include <cstring>
 #include <string>
 #include <type_traits>
-#include "cuda/device_error_codes.hpp"
 #include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -21,9 +20,8 @@ namespace {
 
 bool is_index_dtype(DType d) { return d == DType::i32 || d == DType::i64; }
 
-[[noreturn]] void out_of_range(int fallback_code, std::int64_t k, int dim, std::int64_t size) {
-  throw Error(ErrorKind::index, std::string(index_errors::op_name(index_errors::current_op(fallback_code))) +
-                                    ": index " + std::to_string(k) + " is out of range for dim " +
+[[noreturn]] void out_of_range(CheckedOp op, std::int64_t k, int dim, std::int64_t size) {
+  throw Error(ErrorKind::index, std::string(name_of(op)) + ": index " + std::to_string(k) + " is out of range for dim " +
                                     std::to_string(dim) + " of size " + std::to_string(size) +
                                     " (expected 0 <= index < " + std::to_string(size) + ")");
 }
@@ -54,7 +52,7 @@ Operand along(const Operand& base, const Operand& shape, int dim) {
 }
 
 template <class E, class I>
-void gather_loop(const Operand& out, const Operand& in, int dim, const Operand& index) {
+void gather_loop(const Operand& out, const Operand& in, int dim, const Operand& index, CheckedOp op) {
   auto* o = static_cast<E*>(out.data);
   const auto* x = static_cast<const E*>(in.data);
   const auto* ix = static_cast<const I*>(index.data);
@@ -63,14 +61,14 @@ void gather_loop(const Operand& out, const Operand& in, int dim, const Operand& 
   const Operand* ops[3] = {&out, &index, &view};
   for_each(ops, [&](const std::int64_t* off) {
     std::int64_t k = static_cast<std::int64_t>(ix[off[1]]);
-    if (k < 0 || k >= size) out_of_range(index_errors::gather, k, dim, size);
+    if (k < 0 || k >= size) out_of_range(op, k, dim, size);
     o[off[0]] = x[off[2] + k * stride];
   });
 }
 
 }  // namespace
 
-void CpuBackend::gather(const Operand& out, const Operand& in, int dim, const Operand& index) {
+void CpuBackend::gather(const Operand& out, const Operand& in, int dim, const Operand& index, CheckedOp op) {
   if (out.numel == 0) return;
   if (!is_index_dtype(index.dtype) || in.dtype != out.dtype || index.ndim != out.ndim || in.ndim != out.ndim ||
       dim < 0 || dim >= out.ndim)
@@ -79,15 +77,16 @@ void CpuBackend::gather(const Operand& out, const Operand& in, int dim, const Op
     if (index.sizes[d] != out.sizes[d]) bad_operands("gather", out, index);
   with_index(index.dtype, [&]<class I>(const I*) {
     switch (itemsize(out.dtype)) {
-      case 1: return gather_loop<std::uint8_t, I>(out, in, dim, index);
-      case 2: return gather_loop<std::uint16_t, I>(out, in, dim, index);
-      case 4: return gather_loop<std::uint32_t, I>(out, in, dim, index);
-      default: return gather_loop<std::uint64_t, I>(out, in, dim, index);
+      case 1: return gather_loop<std::uint8_t, I>(out, in, dim, index, op);
+      case 2: return gather_loop<std::uint16_t, I>(out, in, dim, index, op);
+      case 4: return gather_loop<std::uint32_t, I>(out, in, dim, index, op);
+      default: return gather_loop<std::uint64_t, I>(out, in, dim, index, op);
     }
   });
 }
 
-void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool) {
+void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool,
+                             CheckedOp op) {
   if (index.numel == 0) return;
   if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim ||
       dim < 0 || dim >= out.ndim)
@@ -107,7 +106,7 @@ void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, 
         // Row-major order of the index (for_each's order): the fixed summation order.
         for_each(ops, [&](const std::int64_t* off) {
           std::int64_t k = static_cast<std::int64_t>(ix[off[0]]);
-          if (k < 0 || k >= size) out_of_range(index_errors::scatter_add, k, dim, size);
+          if (k < 0 || k >= size) out_of_range(op, k, dim, size);
           T& dst = o[off[2] + k * stride];
           dst = narrow_to<T>(load<T>(dst) + load<T>(s[off[1]]));
         });

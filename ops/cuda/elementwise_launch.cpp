@@ -3,7 +3,6 @@
 module;
 #include "backend/contract.hpp"
 #include "cuda/check.hpp"
-#include "cuda/device_error_codes.hpp"
 #include "ops/cuda/kernels.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -21,10 +20,10 @@ struct DivisionReport {
 DivisionReport division_report(BinaryOp op, const Operand& out) {
   if (is_floating_point(out.dtype)) return {};
   switch (op) {
-    case BinaryOp::floor_divide: return {device_error_flag(out.device), index_errors::floor_divide};
-    case BinaryOp::trunc_divide: return {device_error_flag(out.device), index_errors::trunc_divide};
-    case BinaryOp::remainder: return {device_error_flag(out.device), index_errors::remainder};
-    case BinaryOp::fmod: return {device_error_flag(out.device), index_errors::fmod};
+    case BinaryOp::floor_divide: return {device_error_flag(out.device), static_cast<int>(CheckedOp::floor_divide)};
+    case BinaryOp::trunc_divide: return {device_error_flag(out.device), static_cast<int>(CheckedOp::trunc_divide)};
+    case BinaryOp::remainder: return {device_error_flag(out.device), static_cast<int>(CheckedOp::remainder)};
+    case BinaryOp::fmod: return {device_error_flag(out.device), static_cast<int>(CheckedOp::fmod)};
     default: return {};
   }
 }

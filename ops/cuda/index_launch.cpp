@@ -11,7 +11,6 @@ module;
 
 #include "cuda/check.hpp"
 #include "ops/cuda/kernels.hpp"
-#include "cuda/device_error_codes.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -29,18 +28,18 @@ bool is_index_dtype(DType d) { return d == DType::i32 || d == DType::i64; }
 
 }  // namespace
 
-void CudaBackend::gather(const Operand& out, const Operand& in, int dim, const Operand& index) {
+void CudaBackend::gather(const Operand& out, const Operand& in, int dim, const Operand& index, CheckedOp op) {
   if (out.numel == 0) return;
   if (!is_index_dtype(index.dtype) || in.dtype != out.dtype || index.ndim != out.ndim || in.ndim != out.ndim)
     bad_operands("gather", out, index);
   DeviceGuard g(out.device);
-  int code = index_errors::current_op(index_errors::gather);
+  const int code = static_cast<int>(op);
   BRRR_CUDA_CHECK(kernels::gather(out, in, dim, index, device_error_flag(out.device), code,
                                   current_stream(out.device)->handle));
 }
 
 void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src,
-                              bool deterministic) {
+                              bool deterministic, CheckedOp op) {
   if (index.numel == 0) return;
   if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim)
     bad_operands("scatter_add", out, index);
@@ -48,7 +47,7 @@ void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index,
     throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
   DeviceGuard g(out.device);
   StreamPtr stream = current_stream(out.device);
-  int code = index_errors::current_op(index_errors::scatter_add);
+  const int code = static_cast<int>(op);
   int* flag = device_error_flag(out.device);
   // Integer sums are exact in any order: atomics are already reproducible for them.
   if (!deterministic || !is_floating_point(out.dtype)) {

@@ -11,11 +11,6 @@ import brrr.tensor;
 
 namespace brrr::backend {
 
-namespace {
-// index_errors::nll_target (cuda/device_errors.cpp): names "cross_entropy/nll_loss (target)".
-constexpr int nll_target_code = 6;
-}  // namespace
-
 void CudaBackend::cross_entropy_forward(const Operand& out, const Operand& lse, const Operand& logits,
                                         const Operand& target, std::int64_t ignore_index, double label_smoothing) {
   const std::int64_t rows = target.numel;
@@ -24,7 +19,7 @@ void CudaBackend::cross_entropy_forward(const Operand& out, const Operand& lse, 
   BRRR_CUDA_CHECK(kernels::cross_entropy_forward(
       out.data, lse.data, logits.data, logits.dtype, target.data,
       target.dtype == DType::i64, rows, logits.numel / rows, ignore_index, label_smoothing,
-      device_error_flag(logits.device), nll_target_code, current_stream(logits.device)->handle));
+      device_error_flag(logits.device), static_cast<int>(CheckedOp::nll_target), current_stream(logits.device)->handle));
 }
 
 void CudaBackend::cross_entropy_backward(const Operand& grad_logits, const Operand& logits, const Operand& lse,
