@@ -79,13 +79,13 @@ ncclRedOp_t nccl_op(ReduceOp op, DType d) {
 struct NcclWork final : WorkState {
   cuda::Event done{false};
   int device = 0;
-  GroupState* group = nullptr;
+  std::shared_ptr<GroupState::Failure> failed;  // the group's
   void wait() override {
-    std::string failed = group->failure();
-    if (!failed.empty()) throw Error(ErrorKind::distributed, label + ": " + failed);
+    std::string why = failed->get();
+    if (!why.empty()) throw Error(ErrorKind::distributed, label + ": " + why);
     cuda::current_stream(Device::cuda(device)).wait(done);  // device-side
   }
-  bool is_completed() override { return !group->failure().empty() || done.query(); }
+  bool is_completed() override { return !failed->get().empty() || done.query(); }
 };
 
 class NcclComm final : public Comm {
@@ -158,7 +158,7 @@ public:
     auto work = std::make_shared<NcclWork>();
     work->label = c.label;
     work->device = device_;
-    work->group = &g_;
+    work->failed = g_.failed;
     std::string failed = g_.failure();
     if (!failed.empty()) throw Error(ErrorKind::distributed, c.label + ": " + g_.name + " failed earlier: " + failed);
     for (const auto* list : {&c.inputs, &c.outputs})

@@ -488,19 +488,23 @@ struct GroupState {
   std::unique_ptr<Comm> gloo;  ///< made with the group (CPU tensors)
   std::unique_ptr<Comm> nccl;  ///< made at the first CUDA collective
 
-  /// Set once a collective failed (by whichever thread saw it): the group refuses further work.
-  void set_failure(const std::string& message) {
-    std::lock_guard lock(failure_mutex_);
-    if (failure_.empty()) failure_ = message;
-  }
-  std::string failure() const {
-    std::lock_guard lock(failure_mutex_);
-    return failure_;
-  }
-
-private:
-  mutable std::mutex failure_mutex_;
-  std::string failure_;
+  /// Set once a collective failed (by whichever thread saw it): the group refuses further
+  /// work. Shared, so that a Work can still read it after the group is gone.
+  struct Failure {
+    mutable std::mutex mutex;
+    std::string message;
+    void set(const std::string& m) {
+      std::lock_guard lock(mutex);
+      if (message.empty()) message = m;
+    }
+    std::string get() const {
+      std::lock_guard lock(mutex);
+      return message;
+    }
+  };
+  std::shared_ptr<Failure> failed = std::make_shared<Failure>();
+  void set_failure(const std::string& message) { failed->set(message); }
+  std::string failure() const { return failed->get(); }
 };
 
 /// The world's store (a clone per caller thread where needed).
