@@ -15,9 +15,11 @@ bin=.gpu/bin; py=${PYTHON:-python3}
 n=${1:-$(nvidia-smi -L 2>/dev/null | wc -l)}; [ "$n" -ge 1 ] || n=1
 export NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# NCCL as PyTorch ships it, when the system has none.
-nccl_dir=$($py -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null)
-[ -n "$nccl_dir" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_dir
+# NCCL as PyTorch ships it (pip's nvidia-nccl), when the loader does not know one.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  nccl_dir=$($py -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_dir
+fi
 echo "== brrr: brrr-run --nproc-per-node $n bench_dist"
 "$bin/brrr-run" --nproc-per-node "$n" "$bin/bench_dist" 2>&1 | tee "$out/brrr_dist.txt"
 echo "== PyTorch: torchrun --nproc-per-node $n bench/torch_dist.py"
