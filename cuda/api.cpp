@@ -1,13 +1,9 @@
 // brrr.cuda: the public streams, events, sync accounting and allocator statistics, over
 // the runtime internals in brrr.backend.
 module;
-#include <cuda_runtime.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include "cuda/check.hpp"
 module brrr.cuda;
 import brrr.tensor;
 import brrr.backend;
@@ -35,24 +31,13 @@ void* Stream::handle() const { return state_->handle; }
 int Stream::priority() const { return state_->priority; }
 std::uint64_t Stream::id() const { return state_->id; }
 
-bool Stream::query() const {
-  backend::DeviceGuard g(state_->device);
-  cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(state_->handle));
-  if (e == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  BRRR_CUDA_CHECK(e);
-  return true;
-}
+bool Stream::query() const { return backend::stream_query(*state_); }
 
 void Stream::synchronize() const { backend::synchronize_stream(*state_, "Stream::synchronize"); }
 
 void Stream::wait(const Event& event) const {
   if (!event.recorded()) return;  // nothing to wait for, as in PyTorch
-  backend::DeviceGuard g(state_->device);
-  BRRR_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(state_->handle),
-                                      static_cast<cudaEvent_t>(event.handle()), 0));
+  backend::stream_wait_event(*state_, event.handle());
 }
 
 Stream current_stream(Device device) { return Stream(backend::current_stream(cuda_index(device, "current_stream"))); }
@@ -67,40 +52,28 @@ StreamGuard::~StreamGuard() { backend::set_current_stream(previous_); }
 
 struct Event::Impl {
   bool timing = true;
-  cudaEvent_t event = nullptr;
+  void* event = nullptr;  // a cudaEvent_t, made on the first record
   int device = -1;
-  ~Impl() {
-    if (event) cudaEventDestroy(event);
-  }
+  ~Impl() { backend::event_destroy(event); }
 };
 
 Event::Event(bool enable_timing) : impl_(std::make_shared<Impl>()) { impl_->timing = enable_timing; }
 
 void Event::record(const Stream& stream) {
   int dev = stream.state()->device;
-  backend::DeviceGuard g(dev);
   if (impl_->event && impl_->device != dev)
     throw Error(ErrorKind::device, "Event::record: the event belongs to cuda:" + std::to_string(impl_->device) +
                                        ", the stream to cuda:" + std::to_string(dev));
   if (!impl_->event) {
-    BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->event, impl_->timing ? cudaEventDefault : cudaEventDisableTiming));
+    impl_->event = backend::event_create(dev, impl_->timing);
     impl_->device = dev;
   }
-  BRRR_CUDA_CHECK(cudaEventRecord(impl_->event, static_cast<cudaStream_t>(stream.handle())));
+  backend::event_record(impl_->event, *stream.state());
 }
 
 void Event::record(Device device) { record(current_stream(device)); }
 
-bool Event::query() const {
-  if (!impl_->event) return true;
-  cudaError_t e = cudaEventQuery(impl_->event);
-  if (e == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  BRRR_CUDA_CHECK(e);
-  return true;
-}
+bool Event::query() const { return !impl_->event || backend::event_query(impl_->event); }
 
 void Event::synchronize() const {
   if (!impl_->event) return;
@@ -112,9 +85,7 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     throw Error(ErrorKind::cuda, "Event::elapsed_ms: both events must have been recorded");
   if (!start.impl_->timing || !end.impl_->timing)
     throw Error(ErrorKind::cuda, "Event::elapsed_ms: both events need enable_timing = true");
-  float ms = 0;
-  BRRR_CUDA_CHECK(cudaEventElapsedTime(&ms, start.impl_->event, end.impl_->event));
-  return ms;
+  return backend::event_elapsed_ms(start.impl_->event, end.impl_->event);
 }
 
 bool Event::recorded() const { return impl_->event != nullptr; }

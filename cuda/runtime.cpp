@@ -1,5 +1,7 @@
 // CUDA runtime internals: status checks, device discovery, streams (default, current per
-// thread, pooled), the sync choke point and copies.
+// thread, pooled), host waits, the stream and event primitives of brrr.cuda, and copies.
+// A build without CUDA compiles cuda/no_cuda.cpp instead; the sync choke point, which both
+// need, is cuda/sync.cpp.
 module;
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -170,30 +172,7 @@ StreamPtr create_stream(int device, int priority) {
   });
 }
 
-// --- synchronisation: the one choke point -----------------------------------------------------
-
-namespace {
-std::atomic<std::uint64_t> syncs{0};
-std::atomic<SyncPolicy> policy{SyncPolicy::allow};
-}  // namespace
-
-void note_sync(const char* api) {
-  switch (policy.load()) {
-    case SyncPolicy::allow: break;
-    case SyncPolicy::warn:
-      std::fprintf(stderr, "brrr: host-device synchronisation in %s (sync #%llu)\n", api,
-                   static_cast<unsigned long long>(syncs.load() + 1));
-      break;
-    case SyncPolicy::error:
-      throw Error(ErrorKind::sync, std::string(api) + " would block the host until the device catches up, and the "
-                                                      "sync policy is SyncPolicy::error");
-  }
-  ++syncs;
-}
-
-std::uint64_t sync_count() { return syncs.load(); }
-void set_sync_policy(SyncPolicy p) { policy.store(p); }
-SyncPolicy sync_policy() { return policy.load(); }
+// --- synchronisation (the choke point note_sync is cuda/sync.cpp) ----------------------------
 
 void synchronize_stream(const StreamState& stream, const char* api) {
   note_sync(api);
@@ -213,6 +192,56 @@ void synchronize_event(void* event, int device, const char* api) {
   note_sync(api);
   BRRR_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   check_device_errors(device);
+}
+
+// --- stream and event primitives of brrr.cuda (cuda/api.cpp) -----------------------------------
+
+bool stream_query(const StreamState& stream) {
+  DeviceGuard g(stream.device);
+  cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream.handle));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  BRRR_CUDA_CHECK(e);
+  return true;
+}
+
+void stream_wait_event(const StreamState& stream, void* event) {
+  DeviceGuard g(stream.device);
+  BRRR_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle), static_cast<cudaEvent_t>(event), 0));
+}
+
+void* event_create(int device, bool timing) {
+  DeviceGuard g(device);
+  cudaEvent_t e = nullptr;
+  BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return e;
+}
+
+void event_destroy(void* event) {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void event_record(void* event, const StreamState& stream) {
+  DeviceGuard g(stream.device);
+  BRRR_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream.handle)));
+}
+
+bool event_query(void* event) {
+  cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  BRRR_CUDA_CHECK(e);
+  return true;
+}
+
+float event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  BRRR_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
 }
 
 // --- copies -----------------------------------------------------------------------------------

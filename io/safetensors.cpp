@@ -7,8 +7,20 @@
 // before anything is allocated or read, and the header is validated as strictly as the
 // reference loader does (known dtype, non-negative shape, sizes matching the offsets, ranges
 // tiling the buffer exactly with no gaps or overlaps).
+//
+// Checksums: the format has none, so brrr stores CRC-32s (zlib's) in the one place other
+// readers ignore, "__metadata__" strings. "brrr.crc32" (the record) holds a compact JSON
+// object {tensor name: 8 hex digits, ..., "__metadata__": 8 hex digits}; a tensor's CRC
+// covers its name, dtype, shape and bytes, the "__metadata__" CRC the other metadata strings.
+// "brrr.crc32.record" holds the record's own CRC, so that a corrupted byte in either key's
+// name leaves the other one alone: an incomplete record is an error, never a file that
+// silently loads unverified. CRC-32 detects every error burst of up to 32 bits, so a single
+// corrupted byte anywhere is an Error naming the file (and the tensor, for a byte of a tensor's
+// data or header entry), except a padding space turned into other JSON whitespace, which
+// changes nothing that is loaded. Files without the keys (other writers) load unverified.
 module;
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -39,6 +51,8 @@ using json = nlohmann::json;
 
 constexpr std::uint64_t kMaxHeader = 100'000'000;  // as the reference loader
 constexpr int kMaxJsonDepth = 16;                  // a valid header nests 3 deep
+constexpr const char* kChecksumKey = "brrr.crc32";  // in "__metadata__", see the top of the file
+constexpr const char* kRecordCrcKey = "brrr.crc32.record";
 
 const char* st_name(DType d) {
   switch (d) {
@@ -112,20 +126,128 @@ bool write_all(int fd, const void* src, std::size_t n) {
   return true;
 }
 
+std::uint32_t crc_update(std::uint32_t crc, const void* data, std::size_t n) {
+  if (n == 0) return crc;  // zlib returns 0 for a null buffer, whatever the running CRC
+  return static_cast<std::uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), n));
+}
+
+/// CRC-32 of what identifies a tensor: name, dtype and shape (each dim as 8 little-endian
+/// bytes); continued over the tensor's bytes it is the tensor's checksum.
+std::uint32_t crc_of_identity(const std::string& name, DType dtype, const Shape& shape) {
+  std::uint32_t crc = crc_update(0, name.data(), name.size());
+  crc = crc_update(crc, "", 1);  // the NUL ends the name
+  const char* d = st_name(dtype);
+  crc = crc_update(crc, d, std::strlen(d) + 1);
+  for (std::int64_t s : shape) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(s) >> (8 * i));
+    crc = crc_update(crc, b, 8);
+  }
+  return crc;
+}
+
+/// CRC-32 of the metadata strings (the checksum record itself excluded), in key order.
+std::uint32_t crc_of_metadata(const std::map<std::string, std::string>& metadata) {
+  std::uint32_t crc = 0;
+  for (const auto& [k, v] : metadata) {
+    crc = crc_update(crc, k.data(), k.size());
+    crc = crc_update(crc, "", 1);
+    crc = crc_update(crc, v.data(), v.size());
+    crc = crc_update(crc, "", 1);
+  }
+  return crc;
+}
+
+std::string hex8(std::uint32_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s(8, '0');
+  for (int i = 7; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = digits[v & 0xF];
+  return s;
+}
+
+std::optional<std::uint32_t> parse_hex8(const std::string& s) {
+  if (s.size() != 8) return std::nullopt;
+  std::uint32_t v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = (v << 4) | static_cast<std::uint32_t>(d);
+  }
+  return v;
+}
+
 struct Entry {
   std::string name;
   DType dtype;
   Shape shape;
   std::uint64_t begin = 0, end = 0;
+  std::uint32_t identity_crc = 0;        // crc_of_identity
+  std::optional<std::uint32_t> stored_crc;  // from the checksum record, when the file has one
 };
 
 struct Header {
   std::vector<Entry> entries;  // sorted by name
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without the checksum record
   std::uint64_t data_start = 0;  // 8 + N
 };
 
 struct DepthExceeded {};
+
+/// Parses and checks the checksum record against the header's tensors and metadata; stores
+/// each tensor's expected CRC in its entry (the data is checked as it is read).
+void apply_checksums(const char* op, const std::string& path, const std::string& record, Header& h) {
+  const std::string bad = std::string("the checksum record \"") + kChecksumKey + "\" in \"__metadata__\" is corrupt";
+  json j;
+  try {
+    j = json::parse(
+        record,
+        [](int depth, json::parse_event_t, json&) {
+          if (depth > 1) throw DepthExceeded{};  // {name: "hex"}: keys and values at depth 1
+          return true;
+        },
+        true, false);
+  } catch (const DepthExceeded&) {
+    fail(op, path, bad + " (nested JSON)");
+  } catch (const json::exception&) {
+    fail(op, path, bad + " (not JSON)");
+  }
+  if (!j.is_object()) fail(op, path, bad + " (not a JSON object)");
+  std::map<std::string, std::uint32_t> crcs;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::optional<std::uint32_t> v;
+    if (it.value().is_string()) v = parse_hex8(it.value().get<std::string>());
+    if (!v) fail(op, path, bad + " (the value for \"" + it.key() + "\" is not 8 lowercase hex digits)");
+    crcs.emplace(it.key(), *v);
+  }
+  auto meta = crcs.find("__metadata__");
+  if (meta == crcs.end()) fail(op, path, bad + " (no checksum for \"__metadata__\")");
+  const std::uint32_t meta_crc = crc_of_metadata(h.metadata);
+  if (meta->second != meta_crc)
+    fail(op, path, "checksum mismatch in \"__metadata__\" (stored " + hex8(meta->second) + ", computed " +
+                       hex8(meta_crc) + "): the metadata is corrupt");
+  crcs.erase(meta);
+  for (Entry& e : h.entries) {
+    auto c = crcs.find(e.name);
+    if (c == crcs.end())
+      fail(op, path, "tensor \"" + e.name + "\" has no checksum in \"" + kChecksumKey +
+                         "\" (a corrupt header or a tensor renamed after writing)");
+    e.stored_crc = c->second;
+    crcs.erase(c);
+  }
+  if (!crcs.empty())
+    fail(op, path, std::string("\"") + kChecksumKey + "\" holds a checksum for tensor \"" + crcs.begin()->first +
+                       "\", which the file does not have (a corrupt header or a tensor renamed after writing)");
+}
+
+/// Up to 24 bytes each side of `at` (1-based, as nlohmann reports it), non-printable bytes as
+/// '?': shows which tensor's entry a broken header breaks in.
+std::string excerpt(const std::string& text, std::size_t at) {
+  const std::size_t centre = std::min(at > 0 ? at - 1 : 0, text.size());
+  const std::size_t from = centre > 24 ? centre - 24 : 0, to = std::min(text.size(), centre + 24);
+  std::string s = "'";
+  for (std::size_t i = from; i < to; ++i) s += text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '?';
+  return s + "'";
+}
 
 /// Opens, checks and parses the header of `path`; validates every entry against the file.
 /// Leaves `fd` open for the data reads.
@@ -160,6 +282,9 @@ Header read_header(const char* op, const std::string& path, int fd) {
         true, false);
   } catch (const DepthExceeded&) {
     fail(op, path, "invalid JSON header: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  } catch (const json::parse_error& e) {
+    fail(op, path, std::string("invalid JSON header: ") + e.what() + " (near byte " + std::to_string(e.byte) + ": " +
+                       excerpt(text, e.byte) + ")");
   } catch (const json::exception& e) {
     fail(op, path, std::string("invalid JSON header: ") + e.what());
   }
@@ -227,6 +352,7 @@ Header read_header(const char* op, const std::string& path, int fd) {
       fail(op, path, where + "data_offsets " + off->dump() + " span " + std::to_string(e.end - e.begin) +
                          " bytes but dtype " + st_name(e.dtype) + " and shape " + sh->dump() + " need " +
                          std::to_string(nbytes));
+    e.identity_crc = crc_of_identity(e.name, e.dtype, e.shape);
     h.entries.push_back(std::move(e));
   }
   // The ranges must tile the buffer: no overlaps, no gaps, nothing left over.
@@ -251,6 +377,22 @@ Header read_header(const char* op, const std::string& path, int fd) {
   if (cursor != buffer_size)
     fail(op, path, "the tensors cover " + std::to_string(cursor) + " bytes but the data buffer has " +
                        std::to_string(buffer_size) + " (trailing bytes or wrong offsets)");
+  auto rec = h.metadata.find(kChecksumKey), rec_crc = h.metadata.find(kRecordCrcKey);
+  const bool has_rec = rec != h.metadata.end(), has_rec_crc = rec_crc != h.metadata.end();
+  if (has_rec != has_rec_crc)
+    fail(op, path, std::string("brrr's checksum record is incomplete: \"") + (has_rec ? kChecksumKey : kRecordCrcKey) +
+                       "\" without \"" + (has_rec ? kRecordCrcKey : kChecksumKey) + "\" in \"__metadata__\" (a corrupt header)");
+  if (has_rec) {
+    const std::string record = std::move(rec->second);
+    const std::optional<std::uint32_t> stored = parse_hex8(rec_crc->second);
+    h.metadata.erase(rec);
+    h.metadata.erase(kRecordCrcKey);
+    const std::uint32_t crc = crc_update(0, record.data(), record.size());
+    if (!stored || *stored != crc)
+      fail(op, path, std::string("the checksum record \"") + kChecksumKey + "\" in \"__metadata__\" is corrupt (its CRC-32 " +
+                         hex8(crc) + " does not match \"" + kRecordCrcKey + "\")");
+    apply_checksums(op, path, record, h);
+  }
   return h;
 }
 
@@ -273,6 +415,7 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   std::vector<Tensor> host;
   host.reserve(tensors.size());
   json header = json::object();
+  json crcs = json::object();
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     if (name == "__metadata__") fail(op, path, "the tensor name \"__metadata__\" is reserved");
@@ -283,12 +426,20 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
                     {"shape", c.shape()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
+    crcs[name] = hex8(crc_update(crc_of_identity(name, c.dtype(), c.shape()), c.data_ptr(), nbytes));
     host.push_back(std::move(c));
   }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  for (const char* key : {kChecksumKey, kRecordCrcKey})
+    if (metadata.count(key)) fail(op, path, std::string("the metadata key \"") + key + "\" is reserved for brrr's checksums");
+  crcs["__metadata__"] = hex8(crc_of_metadata(metadata));
   std::string text;
   try {
-    text = header.dump();  // strict: throws on names that are not valid UTF-8
+    json meta = metadata;
+    const std::string record = crcs.dump();  // strict: throws on names that are not valid UTF-8
+    meta[kChecksumKey] = record;
+    meta[kRecordCrcKey] = hex8(crc_update(0, record.data(), record.size()));
+    header["__metadata__"] = std::move(meta);
+    text = header.dump();
   } catch (const json::exception& e) {
     fail(op, path, std::string("cannot encode the header: ") + e.what());
   }
@@ -318,6 +469,12 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) abandon("cannot rename " + tmp + " to it: " + ec.message());
+  // The rename is durable only once the folder is flushed too (a crash, not a kill, could
+  // otherwise lose it). Some file systems cannot fsync a folder (EINVAL): nothing to do there.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  Fd dir_fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.fd >= 0 && ::fsync(dir_fd.fd) != 0 && errno != EINVAL)
+    fail(op, path, "written, but flushing its folder failed: " + errno_text());
 }
 
 // Validates the whole header against the file (read_header) before allocating anything; then
@@ -333,6 +490,14 @@ TensorMap load_safetensors(const std::string& path) {
     if (nbytes > 0) {
       if (!read_exact(fd.fd, t.data_ptr(), nbytes, h.data_start + e.begin))
         fail(op, path, "cannot read tensor \"" + e.name + "\" (truncated?)" + (errno ? ": " + errno_text() : ""));
+    }
+    if (e.stored_crc) {
+      const std::uint32_t crc = crc_update(e.identity_crc, t.data_ptr(), nbytes);
+      if (crc != *e.stored_crc)
+        fail(op, path, "tensor \"" + e.name + "\": checksum mismatch (stored " + hex8(*e.stored_crc) + ", computed " +
+                           hex8(crc) + "): its bytes, dtype or shape were corrupted");
+    }
+    if (nbytes > 0) {
       if (e.dtype == DType::boolean) {
         const auto* b = static_cast<const unsigned char*>(t.data_ptr());
         for (std::uint64_t i = 0; i < nbytes; ++i)

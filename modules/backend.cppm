@@ -51,74 +51,11 @@ Operand output(const Tensor& t, const char* op);
 const void* input_data(const Tensor& t, const char* op);
 void* output_data(const Tensor& t, const char* op);
 
-// The contract: every kernel both backends implement, each written once here. X(name,
-// (parameters)) generates Backend's pure virtual member and the CpuBackend and CudaBackend
-// overrides below, so a kernel missing from a backend is a build error (a link error naming
-// it). CUDA implementations enqueue on the current stream of the operands' device and return
-// at once; CPU ones run before returning.
-#define BRRR_BACKEND_KERNELS(X)                                                                                      \
-  /* out[i] = value, converted to out.dtype. */                                                                     \
-  X(fill, (const Operand& out, double value))                                                                       \
-  /* dst[i] = convert(src[i]); same shape, any strides, any dtype pair. */                                          \
-  X(copy, (const Operand& dst, const Operand& src))                                                                 \
-  /* out (contiguous) [i] = start + i * step, converted to out.dtype. */                                            \
-  X(arange, (const Operand& out, double start, double step))                                                        \
-  /* out (contiguous) from Philox words at (seed, offset); low/high bound integers. */                              \
-  X(random, (const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,     \
-             std::int64_t high))                                                                                    \
-  /* out[i] = f(in[i]); same shape and dtype (p0/p1: clamp's bounds). */                                            \
-  X(unary, (UnaryOp op, const Operand& out, const Operand& in, double p0, double p1))                               \
-  /* out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one dtype; out has that     \
-     dtype (bool for comparisons). */                                                                               \
-  X(binary, (BinaryOp op, const Operand& out, const Operand& a, const Operand& b))                                  \
-  /* out[i] = f(a[i], s) (or f(s, a[i]) when scalar_first); s converted to a's dtype. */                            \
-  X(binary_scalar, (BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first))                \
-  /* out[i] = cond[i] ? a[i] : b[i]; all broadcast to out's shape, a/b of out's dtype. */                           \
-  X(where, (const Operand& out, const Operand& cond, const Operand& a, const Operand& b))                           \
-  /* Reduces `in` over the dims set in dims_mask into `out` (same ndim, size 1 on reduced dims). sum: out dtype =   \
-     in's for floats (or f32 for bf16/f16), i64 for integers and bool (CPU accumulates floats in f64, CUDA in      \
-     f32/f64). max/min: out dtype = in's; with `indices` (i64, out's shape) exactly one dim is reduced and the     \
-     first index of the extreme is written. NaN propagates through max/min. */                                      \
-  X(reduce, (ReduceOp op, const Operand& out, const Operand& in, std::uint32_t dims_mask, const Operand* indices))  \
-  /* Batched matrix product (see GemmArgs). */                                                                      \
-  X(gemm, (const GemmArgs& args))                                                                                   \
-  /* Row softmax (log_softmax when `log`) over the last dim of contiguous [rows, cols] operands, numerically       \
-     stable (max subtracted; rows of -inf give NaN as PyTorch). */                                                  \
-  X(softmax, (const Operand& out, const Operand& in, bool log))                                                     \
-  /* out[i][j][k] = in[i][index[i][j][k]][k] for dim 1 (likewise for any dim); index i64 with out's shape.          \
-     Out-of-range indices: Error(index) naming `op` on the CPU; on CUDA clamped and reported as `op` through the   \
-     deferred device error flag (ops/index.cpp). */                                                                 \
-  X(gather, (const Operand& out, const Operand& in, int dim, const Operand& index, CheckedOp op))                   \
-  /* out[i][index[i][j][k]][k] += src[i][j][k] for dim 1 (likewise for any dim), in place. deterministic: a fixed   \
-     summation order (slower on CUDA) instead of atomics. Out-of-range indices as gather's. */                      \
-  X(scatter_add, (const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic,        \
-                  CheckedOp op))                                                                                    \
-  /* im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the padding read pad_value. */ \
-  X(im2col, (const Operand& out, const Operand& in, const Window2d& w, double pad_value))                           \
-  /* col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W] (contiguous, zeroed by the      \
-     caller). */                                                                                                    \
-  X(col2im, (const Operand& out, const Operand& in, const Window2d& w))                                             \
-  /* Layer norm over the last dim of contiguous [rows, cols]: out = (x - mean) * rstd * w + b; mean and rstd        \
-     ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for backward. weight/bias may be nullptr. */    \
-  X(layer_norm, (const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,                   \
-                 const Operand* weight, const Operand* bias, double eps))                                           \
-  /* Fused cross entropy over the rows of contiguous logits [rows, C] (floating) with class indices `target`       \
-     [rows] (i32/i64). Writes `out` [2, rows] (the accumulation dtype: f64 for f64 logits, f32 otherwise): row 0   \
-     the losses (1 - e)(lse - x_t) + e (lse - mean_c x), row 1 the weights (1, or 0 where the target is            \
-     ignore_index); and `lse` [rows], each row's log-sum-exp. A target outside [0, C) that is not ignore_index:    \
-     Error(index) on the CPU, the deferred device error on CUDA (its row weighs 0). */                              \
-  X(cross_entropy_forward, (const Operand& out, const Operand& lse, const Operand& logits, const Operand& target,  \
-                            std::int64_t ignore_index, double label_smoothing))                                     \
-  /* grad_logits [rows, C] (logits' dtype) = s_i (softmax(x_i) - (1 - e) onehot(t_i) - e / C), s_i = 0 for ignored \
-     rows, else grad[i] (per_row) or grad[0] / count[0] (count nullptr: grad[0]); grad, count and lse in the       \
-     accumulation dtype, on the logits' device. */                                                                  \
-  X(cross_entropy_backward, (const Operand& grad_logits, const Operand& logits, const Operand& lse,                 \
-                             const Operand& target, const Operand& grad, bool per_row, const Operand* count,        \
-                             std::int64_t ignore_index, double label_smoothing))                                    \
-  /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
-  X(optimizer_step, (const OptimizerStep& step))
-
-/// The contract (BRRR_BACKEND_KERNELS above). Every backend implements all of it.
+/// The contract: BRRR_BACKEND_KERNELS (backend/contract.hpp), every kernel both backends
+/// implement, written once there; it generates Backend's pure virtual members and the
+/// CpuBackend and CudaBackend overrides below, so a kernel missing from a backend is a build
+/// error (a link error naming it). CUDA implementations enqueue on the current stream of the
+/// operands' device and return at once; CPU ones run before returning.
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -144,7 +81,9 @@ GeneratorState& generator(Device device);
 void seed_all(std::uint64_t seed);
 
 // ---------------------------------------------------------------------------------------
-// CUDA runtime internals (all safe to call without a GPU: they report none or throw).
+// CUDA runtime internals (all safe to call without a GPU: they report none or throw). With
+// CUDA they are cuda/runtime.cpp, allocator.cpp, pinned.cpp and device_errors.cpp; a build
+// without CUDA (BRRR_CUDA=OFF) has cuda/no_cuda.cpp instead, where no device exists.
 // ---------------------------------------------------------------------------------------
 
 /// Number of CUDA devices; 0 when the driver/runtime reports any failure. Cached.
@@ -239,6 +178,18 @@ struct PinnedStats {
   std::uint64_t num_host_alloc = 0;  ///< cudaHostAlloc calls
 };
 PinnedStats pinned_stats();
+
+/// The primitives behind brrr.cuda's Stream and Event (cuda/api.cpp), each on the device of
+/// its stream or event: whether a stream's work has completed (never blocks); a device-side
+/// wait of `stream` for `event`; and cudaEvent_t handles (`void*`) made, recorded, queried,
+/// timed and destroyed.
+bool stream_query(const StreamState& stream);
+void stream_wait_event(const StreamState& stream, void* event);
+void* event_create(int device, bool timing);
+void event_destroy(void* event);
+void event_record(void* event, const StreamState& stream);
+bool event_query(void* event);
+float event_elapsed_ms(void* start, void* end);
 
 /// Direction of a copy.
 enum class CopyKind : std::uint8_t { host_to_device, device_to_host, device_to_device };

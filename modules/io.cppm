@@ -14,8 +14,13 @@ export namespace brrr::io {
 using TensorMap = std::map<std::string, Tensor>;
 
 /// Writes `tensors` (any devices: copied to the host, a sync point for CUDA tensors; any
-/// layout) to `path` atomically (a temporary file in the same folder, then rename). dtypes:
-/// F32 F64 BF16 F16 I32 I64 BOOL. Throws Error(io) naming the path on failure.
+/// layout) to `path` atomically: "<path>.tmp.<pid>" in the same folder, fsync, rename, fsync
+/// of the folder, so `path` holds the old file or the whole new one, never a partial one (a
+/// writer killed mid-write leaves only its temporary file). dtypes: F32 F64 BF16 F16 I32 I64
+/// BOOL. Adds a CRC-32 per tensor (over name, dtype, shape and bytes) and one over `metadata`
+/// as the "__metadata__" strings "brrr.crc32" and "brrr.crc32.record" (the record's own CRC;
+/// other readers ignore both). Throws Error(io) naming the path on failure (no space left,
+/// no permission, ...), removing the temporary file; those two metadata keys are reserved.
 void save_safetensors(const std::string& path, const TensorMap& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
@@ -23,9 +28,12 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
 /// problem for a missing, truncated or corrupt file, a header larger than 100 MB or than the
 /// file, offsets out of range or overlapping, or an unsupported dtype — never a crash and
 /// never an allocation sized by untrusted input before it was checked against the file.
+/// A file with brrr's checksums ("brrr.crc32", see save_safetensors) is verified: a changed
+/// byte in a tensor's bytes or header entry is Error(io) naming the file and the tensor.
 TensorMap load_safetensors(const std::string& path);
 
-/// The "__metadata__" strings of a safetensors file.
+/// The "__metadata__" strings of a safetensors file, without brrr's checksum record (whose
+/// own CRC and metadata checksum are verified).
 std::map<std::string, std::string> safetensors_metadata(const std::string& path);
 
 }  // namespace brrr::io

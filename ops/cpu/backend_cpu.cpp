@@ -1,8 +1,6 @@
 // The CPU backend: plain C++ loops over strided operands (Eigen joins with the math ops).
 // Also the backend registry, operand building and the generator states.
 module;
-#include <curand.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -49,18 +47,10 @@ void* output_data(const Tensor& t, const char*) { return t.data_ptr(); }
 
 namespace {
 
-// --- cuRAND's host generator: the same Philox words as the device generator ---------------
-
+// The Philox words of a draw: cuRAND's, made on the host (ops/random_transform.hpp).
 std::vector<std::uint32_t> host_words(std::uint64_t seed, std::uint64_t offset, std::size_t n) {
-  static std::mutex mutex;
-  static curandGenerator_t gen = nullptr;
-  std::lock_guard lock(mutex);
-  if (!gen) check_curand(curandCreateGeneratorHost(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10),
-                         "curandCreateGeneratorHost", __FILE__, __LINE__);
-  check_curand(curandSetPseudoRandomGeneratorSeed(gen, seed), "curandSetPseudoRandomGeneratorSeed", __FILE__, __LINE__);
-  check_curand(curandSetGeneratorOffset(gen, offset), "curandSetGeneratorOffset", __FILE__, __LINE__);
-  std::vector<std::uint32_t> words((n + 3) / 4 * 4);
-  check_curand(curandGenerate(gen, words.data(), words.size()), "curandGenerate (host)", __FILE__, __LINE__);
+  std::vector<std::uint32_t> words(n);
+  random_transform::philox_words(seed, offset, words.data(), n);
   return words;
 }
 

@@ -7,8 +7,10 @@ without Python. Deterministic; regenerate with
 Also usable to check a file written by brrr against the reference loader:
     python3 tests/io/make_fixtures.py --check FILE
 """
+import json
 import os
 import sys
+import zlib
 
 import ml_dtypes
 import numpy as np
@@ -42,14 +44,31 @@ def write():
 
 
 def check(path):
-    """Loads `path` with the reference deserializer and prints every tensor."""
+    """Loads `path` with the reference deserializer and prints every tensor; where brrr wrote
+    its checksum record ("brrr.crc32", io/safetensors.cpp), recomputes every CRC-32 here."""
     with open(path, "rb") as f:
         data = f.read()
-    for name, t in deserialize(data):
+    tensors = deserialize(data)
+    for name, t in tensors:
         print(name, t["dtype"], t["shape"], bytes(t["data"]).hex())
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        print("header:", f.read(n).decode())
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    print("header:", data[8:8 + n].decode())
+    meta = header.get("__metadata__", {})
+    if "brrr.crc32" in meta:
+        record = meta["brrr.crc32"]
+        assert meta["brrr.crc32.record"] == "%08x" % zlib.crc32(record.encode()), "record CRC"
+        crcs = json.loads(record)
+        user = {k: v for k, v in meta.items() if k not in ("brrr.crc32", "brrr.crc32.record")}
+        want = zlib.crc32(b"".join(k.encode() + b"\0" + v.encode() + b"\0"
+                                   for k, v in sorted(user.items(), key=lambda kv: kv[0].encode())))
+        assert crcs.pop("__metadata__") == "%08x" % want, "metadata CRC"
+        for name, t in tensors:
+            head = name.encode() + b"\0" + t["dtype"].encode() + b"\0"
+            head += b"".join(int(d).to_bytes(8, "little") for d in t["shape"])
+            assert crcs.pop(name) == "%08x" % zlib.crc32(bytes(t["data"]), zlib.crc32(head)), name
+        assert not crcs, crcs
+        print("brrr checksums: all %d verified" % len(tensors))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -446,4 +448,111 @@ TEST_CASE("safetensors: hostile headers are Error(io) with the path and the prob
     io::TensorMap t = io::load_safetensors(path);
     CHECK(t.at("a").to_host<std::int32_t>() == std::vector<std::int32_t>{0x04030201, 0x08070605});
   }
+}
+
+// --- brrr's checksum record ("brrr.crc32" in "__metadata__", io/safetensors.cpp) ---------------
+
+namespace {
+
+/// The header text of a safetensors file (padding included).
+std::string header_of(const std::vector<unsigned char>& file) {
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | file[static_cast<std::size_t>(i)];
+  return std::string(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+}
+
+/// CRC-32 (zlib's) of a string, as 8 lowercase hex digits.
+std::string crc_hex(const std::string& s) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08lx", crc32_z(0, reinterpret_cast<const Bytef*>(s.data()), s.size()));
+  return buf;
+}
+
+/// A file with `tensors_json` entries whose "__metadata__" holds `record` as "brrr.crc32" and
+/// `record_crc` (default: the record's right CRC) as "brrr.crc32.record".
+std::vector<unsigned char> with_record(const std::string& tensors_json, const std::string& record,
+                                       const std::vector<unsigned char>& data, std::string record_crc = "") {
+  if (record_crc.empty()) record_crc = crc_hex(record);
+  std::string escaped;
+  for (char c : record) escaped += c == '"' ? std::string("\\\"") : std::string(1, c);
+  return make_file("{" + tensors_json + (tensors_json.empty() ? "" : ",") + R"("__metadata__":{"brrr.crc32":")" +
+                       escaped + R"(","brrr.crc32.record":")" + record_crc + "\"}}",
+                   data);
+}
+
+}  // namespace
+
+TEST_CASE("safetensors checksums: written by save, verified by load, hidden from the metadata") {
+  TempDir tmp;
+  const std::string path = tmp.file("c.safetensors");
+  io::save_safetensors(path, {{"w", Tensor::from_vector(std::vector<float>{1, 2, 3})}}, {{"format", "pt"}});
+  const std::string h = header_of(read_file(path));
+  INFO(h);
+  CHECK(h.find(R"("brrr.crc32":"{\"__metadata__\":\")") != std::string::npos);
+  CHECK(h.find(R"(\"w\":\")") != std::string::npos);
+  CHECK(io::safetensors_metadata(path) == std::map<std::string, std::string>{{"format", "pt"}});
+  CHECK(io::load_safetensors(path).at("w").to_host<float>() == std::vector<float>{1, 2, 3});
+  // The key is brrr's.
+  CHECK_THROWS_WITH_AS(io::save_safetensors(tmp.file("r.safetensors"), {}, {{"brrr.crc32", "x"}}),
+                       doctest::Contains("reserved"), Error);
+  CHECK_THROWS_WITH_AS(io::save_safetensors(tmp.file("r.safetensors"), {}, {{"brrr.crc32.record", "x"}}),
+                       doctest::Contains("reserved"), Error);
+  CHECK_FALSE(fs::exists(tmp.dir / "r.safetensors"));
+}
+
+TEST_CASE("safetensors checksums: a record computed by Python (tests/fuzz/make_seeds.py) verifies") {
+  const std::string dir = std::string(BRRR_FUZZ_CORPUS) + "/safetensors/";
+  io::TensorMap t = io::load_safetensors(dir + "checksummed.safetensors");
+  CHECK(t.at("weight").shape() == Shape{4, 3});
+  CHECK(io::safetensors_metadata(dir + "checksummed.safetensors") == std::map<std::string, std::string>{{"format", "pt"}});
+  // The same file with the record of other weights: the mismatch names the file and the tensor.
+  const std::string bad = dir + "checksum_mismatch.safetensors";
+  const std::string want = bad + ": tensor \"weight\": checksum mismatch";
+  CHECK_THROWS_WITH_AS(io::load_safetensors(bad), doctest::Contains(want.c_str()), Error);
+  CHECK_NOTHROW((void)io::safetensors_metadata(bad));  // the metadata itself is intact
+}
+
+TEST_CASE("safetensors checksums: a broken record is Error(io) naming the path and the problem") {
+  TempDir tmp;
+  const std::string a = R"("a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]})";
+  // CRC-32s of the empty metadata (0) and of tensor "a" as I32 [2] with eight_bytes.
+  io::save_safetensors(tmp.file("ref.safetensors"), {{"a", Tensor::from_vector(std::vector<std::int32_t>{0x04030201, 0x08070605})}});
+  const std::string h = header_of(read_file(tmp.file("ref.safetensors")));
+  const std::size_t at = h.find(R"(\"a\":\")");
+  REQUIRE(at != std::string::npos);
+  const std::string crc_a = h.substr(at + 8, 8);
+  INFO("crc of a: " << crc_a);
+
+  auto record = [&](const std::string& entries) { return with_record(a, "{" + entries + "}", eight_bytes); };
+  const std::string meta_ok = R"("__metadata__":"00000000")", a_ok = R"("a":")" + crc_a + "\"";
+
+  // A hand-made record that is right loads.
+  const std::string path = tmp.file("hand.safetensors");
+  write_file(path, record(meta_ok + "," + a_ok));
+  CHECK(io::load_safetensors(path).at("a").to_host<std::int32_t>() == std::vector<std::int32_t>{0x04030201, 0x08070605});
+
+  const std::string corrupt = "the checksum record \"brrr.crc32\" in \"__metadata__\" is corrupt";
+  expect_io_error(tmp, with_record(a, "{" + meta_ok + "," + a_ok + "}", eight_bytes, "00000000"),
+                  corrupt + " (its CRC-32 ");
+  expect_io_error(tmp, with_record(a, "{" + meta_ok + "," + a_ok + "}", eight_bytes, "xyz"), corrupt + " (its CRC-32 ");
+  expect_io_error(tmp, make_file("{" + a + R"(,"__metadata__":{"brrr.crc32":"{}"}})", eight_bytes),
+                  "incomplete: \"brrr.crc32\" without \"brrr.crc32.record\"");
+  expect_io_error(tmp, make_file("{" + a + R"(,"__metadata__":{"brrr.crc32.record":"00000000"}})", eight_bytes),
+                  "incomplete: \"brrr.crc32.record\" without \"brrr.crc32\"");
+  expect_io_error(tmp, with_record(a, "not json", eight_bytes), corrupt + " (not JSON)");
+  expect_io_error(tmp, with_record(a, "[1]", eight_bytes), corrupt + " (not a JSON object)");
+  expect_io_error(tmp, with_record(a, R"({"a":{"b":{}}})", eight_bytes), corrupt + " (nested JSON)");
+  expect_io_error(tmp, record(meta_ok + R"(,"a":"ABCDEF01")"), corrupt + " (the value for \"a\" is not 8 lowercase hex");
+  expect_io_error(tmp, record(meta_ok + R"(,"a":"123")"), "the value for \"a\" is not 8 lowercase hex");
+  expect_io_error(tmp, record(meta_ok + R"(,"a":7)"), "the value for \"a\" is not 8 lowercase hex");
+  expect_io_error(tmp, record(a_ok), corrupt + " (no checksum for \"__metadata__\")");
+  expect_io_error(tmp, record(R"("__metadata__":"00000001",)" + a_ok), "checksum mismatch in \"__metadata__\"");
+  expect_io_error(tmp, record(meta_ok), "tensor \"a\" has no checksum");
+  expect_io_error(tmp, record(meta_ok + "," + a_ok + R"(,"b":"00000000")"), "checksum for tensor \"b\", which the file does not have");
+  // A wrong tensor CRC is found when the data is read (load, not safetensors_metadata).
+  const std::string flipped = crc_a.substr(0, 7) + (crc_a[7] == '0' ? "1" : "0");
+  write_file(path, record(meta_ok + R"(,"a":")" + flipped + "\""));
+  const std::string want = "tensor \"a\": checksum mismatch (stored " + flipped;
+  CHECK_THROWS_WITH_AS(io::load_safetensors(path), doctest::Contains(want.c_str()), Error);
+  CHECK_NOTHROW((void)io::safetensors_metadata(path));
 }

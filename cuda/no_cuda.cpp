@@ -1,0 +1,80 @@
+// The CUDA runtime internals of a build without CUDA (BRRR_CUDA=OFF, no toolkit needed): no
+// device exists. device_count() is 0, so Device::cuda() already refuses every CUDA device,
+// and nothing below is reached by a correct program; each entry still throws Error(device)
+// naming itself rather than pretending. Pinned memory needs a CUDA driver: Error(device), as
+// on a machine without a GPU. The CUDA build compiles cuda/runtime.cpp, allocator.cpp,
+// pinned.cpp, device_errors.cpp and ops/cuda/ instead.
+module;
+#include "backend/contract.hpp"  // BRRR_BACKEND_KERNELS
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+module brrr.backend;
+import brrr.tensor;
+
+namespace brrr::backend {
+
+namespace {
+[[noreturn]] void no_cuda(const char* api) {
+  throw Error(ErrorKind::device, std::string(api) + ": no CUDA device is available (brrr was built without CUDA, "
+                                                    "BRRR_CUDA=OFF)");
+}
+}  // namespace
+
+int device_count() { return 0; }
+
+void check_cuda(int, const char* call, const char*, int) { no_cuda(call); }
+void check_cublas(int, const char* call, const char*, int) { no_cuda(call); }
+void check_curand(int, const char* call, const char*, int) { no_cuda(call); }
+
+DeviceGuard::DeviceGuard(int) { no_cuda("DeviceGuard"); }
+DeviceGuard::~DeviceGuard() = default;
+
+StreamPtr default_stream(int) { no_cuda("default_stream"); }
+StreamPtr current_stream(int) { no_cuda("current_stream"); }
+void set_current_stream(StreamPtr) { no_cuda("set_current_stream"); }
+StreamPtr create_stream(int, int) { no_cuda("Stream::create"); }
+std::pair<int, int> stream_priority_range(int) { no_cuda("stream_priority_range"); }
+
+void synchronize_stream(const StreamState&, const char* api) { no_cuda(api); }
+void synchronize_device(int, const char* api) { no_cuda(api); }
+void synchronize_event(void*, int, const char* api) { no_cuda(api); }
+
+Storage allocate_device(std::size_t, int, const StreamPtr&) { no_cuda("allocate_device"); }
+void record_stream(const Storage&, const StreamPtr&) { no_cuda("record_stream"); }
+MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
+void empty_cache(int) { no_cuda("empty_cache"); }
+
+Storage allocate_pinned(std::size_t) {
+  throw Error(ErrorKind::device, "pinned memory: page-locked host memory needs a CUDA device, and none is available "
+                                 "(brrr was built without CUDA, BRRR_CUDA=OFF)");
+}
+void record_pinned_use(const Storage&, const StreamPtr&) { no_cuda("record_pinned_use"); }
+PinnedStats pinned_stats() { return {}; }
+
+bool stream_query(const StreamState&) { no_cuda("Stream::query"); }
+void stream_wait_event(const StreamState&, void*) { no_cuda("Stream::wait"); }
+void* event_create(int, bool) { no_cuda("Event::record"); }
+void event_destroy(void*) {}  // no event was ever made
+void event_record(void*, const StreamState&) { no_cuda("Event::record"); }
+bool event_query(void*) { no_cuda("Event::query"); }
+float event_elapsed_ms(void*, void*) { no_cuda("Event::elapsed_ms"); }
+
+void memcpy_async(void*, const void*, std::size_t, CopyKind, const StreamPtr&) { no_cuda("memcpy_async"); }
+void copy_device_to_host(void*, const void*, std::size_t, int, const char* api) { no_cuda(api); }
+void copy_host_to_device(void*, const void*, std::size_t, int, const char* api) { no_cuda(api); }
+
+Backend& cuda_backend() { no_cuda("the CUDA backend"); }
+// CudaBackend's members, never reached (no CudaBackend exists: cuda_backend() throws).
+#define BRRR_NO_KERNEL(name, params) \
+  void CudaBackend::name params { no_cuda("CudaBackend::" #name); }
+BRRR_BACKEND_KERNELS(BRRR_NO_KERNEL)
+#undef BRRR_NO_KERNEL
+int* device_error_flag(int) { no_cuda("device_error_flag"); }
+void check_device_errors(int) {}
+
+}  // namespace brrr::backend
