@@ -38,7 +38,8 @@ namespace brrr::dist::detail {
 
 std::unique_ptr<Comm> make_nccl(GroupState& group, int device) {
   throw Error(ErrorKind::device, group.name + ": a tensor on cuda:" + std::to_string(device) +
-                                     " needs NCCL, which this build of brrr does not have (built without CUDA)");
+                                     " needs NCCL, which this build of brrr does not have (built without CUDA, or NCCL was not "
+                                     "found at build time)");
 }
 
 #else

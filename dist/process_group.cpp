@@ -270,7 +270,7 @@ void init_process_group(InitOptions options) {
                                       std::to_string(options.timeout.count()) + " ms");
   if (options.backend == Backend::nccl && !has_nccl())
     throw Error(ErrorKind::device, "init_process_group: backend nccl, but this build of brrr has no NCCL "
-                                   "(built without CUDA); use gloo");
+                                   "(built without CUDA, or NCCL was not found at build time); use gloo");
   Environment e = read_environment();
   w.store.reset();
   if (e.alone) {

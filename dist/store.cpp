@@ -134,7 +134,9 @@ struct TCPStore::Server {
     return true;
   }
 
-  // Answers every parked wait whose keys are all set now.
+  // Answers every parked wait whose keys are all set now. What their clients queued behind
+  // the wait is served by serve_ready() (not from here: a request served here could wake or
+  // expire waits while this loop walks them).
   void wake_waiters() {
     for (auto it = waiters.begin(); it != waiters.end();) {
       if (has_all(it->keys)) {
@@ -143,6 +145,20 @@ struct TCPStore::Server {
         it = waiters.erase(it);
       } else {
         ++it;
+      }
+    }
+  }
+
+  // Serves every client that is not parked on a wait, until none has a whole request left
+  // (serving one client's set may unpark another, whose queued requests are then served).
+  void serve_ready() {
+    for (bool again = true; again;) {
+      again = false;
+      for (Client& c : clients) {
+        if (c.parked || c.closing || c.in.empty()) continue;
+        std::size_t before = c.in.size();
+        serve(c);
+        again = again || c.in.size() != before;
       }
     }
   }
@@ -201,7 +217,9 @@ struct TCPStore::Server {
           reply_status(c, Status::ready);
         } else {
           c.parked = true;
-          waiters.push_back({&c, std::move(q.keys), Clock::now() + milliseconds(q.number)});
+          // The wire allows any positive int64 of milliseconds: bounded so that the deadline
+          // cannot overflow the clock (2^40 ms is 35 years).
+          waiters.push_back({&c, std::move(q.keys), Clock::now() + milliseconds(std::min<std::int64_t>(q.number, std::int64_t{1} << 40))});
         }
         return;
       case Command::delete_key: reply(c, {.status = Status::boolean, .number = data.erase(key) ? 1 : 0}); return;
@@ -246,22 +264,25 @@ struct TCPStore::Server {
   void loop() {
     char buf[65536];
     while (true) {
-      // Expired waits answer timed_out.
+      // Expired waits answer timed_out; then the requests queued behind them (and behind
+      // waits a set woke) are served.
       auto now = Clock::now();
       for (auto it = waiters.begin(); it != waiters.end();) {
         if (it->deadline <= now) {
           reply_status(*it->client, wire::Status::timed_out);
           it->client->parked = false;
-          serve(*it->client);  // requests queued behind the wait
           it = waiters.erase(it);
         } else {
           ++it;
         }
       }
+      serve_ready();
+      now = Clock::now();
       int timeout_ms = -1;
       for (const Waiter& w : waiters) {
         auto left = std::chrono::duration_cast<milliseconds>(w.deadline - now).count() + 1;
-        if (timeout_ms < 0 || left < timeout_ms) timeout_ms = static_cast<int>(std::max<long>(left, 0));
+        auto ms = static_cast<int>(std::clamp<std::int64_t>(left, 0, 1 << 30));
+        if (timeout_ms < 0 || ms < timeout_ms) timeout_ms = ms;
       }
       std::vector<pollfd> fds{{wake[0], POLLIN, 0}, {listen_fd, POLLIN, 0}};
       std::vector<std::list<Client>::iterator> owners;

@@ -39,6 +39,14 @@ inline double max_over_ranks(double v) {
   return t.item<double>();
 }
 
+/// The example's own check of its RESULT (the same on every rank: its inputs are reduced over
+/// the ranks): says on rank 0 what failed, and gives the exit code, 1 when it failed, so that
+/// brrr-run and CTest (examples/ranks/CMakeLists.txt) fail too.
+inline int verdict(bool ok, const char* what) {
+  if (!ok && dist::rank() == 0) std::printf("CHECK FAILED: %s\n", what);
+  return ok ? 0 : 1;
+}
+
 /// "1.5 KiB", "64 MiB".
 inline std::string bytes_text(double b) {
   const char* unit[] = {"B", "KiB", "MiB", "GiB"};

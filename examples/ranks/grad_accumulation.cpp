@@ -61,5 +61,5 @@ int main() {
                 "%zu all-reduces instead of %lld\n",
                 static_cast<long long>(k), n, worst, buckets, static_cast<long long>(k) * static_cast<long long>(buckets));
   dist::destroy_process_group();
-  return 0;
+  return ranks::verdict(worst <= 1e-5, "no_sync's gradients differ from one big batch's by more than f32 rounding (1e-5)");
 }

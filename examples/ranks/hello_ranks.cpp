@@ -37,5 +37,5 @@ int main() {
     std::printf("RESULT: %d ranks (%s), sum of the ranks %.0f (expected %d)\n", n, dev.is_cuda() ? "NCCL" : "Gloo", sum,
                 n * (n - 1) / 2);
   dist::destroy_process_group();
-  return 0;
+  return ranks::verdict(sum == n * (n - 1) / 2, "the all_reduce of the ranks is not n (n - 1) / 2");
 }

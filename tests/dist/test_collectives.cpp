@@ -39,3 +39,18 @@ TEST_CASE("dist: CUDA tensors need NCCL") {
   brrr::Tensor t = brrr::zeros({2}, {.device = Device::cuda(0)});
   CHECK_BRRR_ERROR(brrr::dist::all_reduce(t), brrr::ErrorKind::device, "gloo", "CPU tensors only");
 }
+TEST_CASE("dist: NCCL is in a build with CUDA and NCCL, and only there; Gloo ranks work either way") {
+#ifdef BRRR_TEST_EXPECT_NCCL
+  CHECK(brrr::dist::has_nccl());
+#else
+  CHECK_FALSE(brrr::dist::has_nccl());
+  CHECK_BRRR_ERROR(brrr::dist::new_group({}, {.backend = brrr::dist::Backend::nccl}), brrr::ErrorKind::device,
+                   "new_group", "no NCCL");
+#endif
+  // The refused group took no group id: a Gloo group and its collective still match up.
+  brrr::dist::ProcessGroup g = brrr::dist::new_group({}, {.backend = brrr::dist::Backend::gloo});
+  brrr::Tensor t = brrr::ones({3});
+  brrr::dist::all_reduce(t, brrr::dist::ReduceOp::sum, {.group = g});
+  const double n = brrr::dist::world_size();
+  CHECK(test::values(t) == std::vector<double>{n, n, n});
+}

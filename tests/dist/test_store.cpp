@@ -19,6 +19,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "dist/store_protocol.hpp"
@@ -292,41 +295,162 @@ TEST_CASE("wire: random and mutated bytes never crash the parsers") {
   }
 }
 
+namespace {
+// Sends `bytes` on a raw connection to the server at `port` (then shuts it for writing when
+// `shut`), and returns every byte received until the server closes it (or 5 s pass).
+std::string raw_exchange(int port, const std::string& bytes, bool shut = false) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  if (shut) shutdown(fd, SHUT_WR);
+  std::string got;
+  char buf[4096];
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  while (true) {
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;  // closed by the server (or 5 s passed)
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return got;
+}
+wire::ParseResult<wire::Reply> first_reply(const std::string& got) {
+  return wire::parse_reply(reinterpret_cast<const std::uint8_t*>(got.data()), got.size());
+}
+const std::string hello_bytes =
+    wire::encode(wire::Request{.command = wire::Command::hello, .number = wire::magic, .version = wire::version});
+}  // namespace
+
 TEST_CASE("store: the server closes a connection that sends garbage and keeps serving the others") {
   dist::TCPStore s = server();
-  auto raw = [&](const std::string& bytes) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(s.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
-    std::string got;
-    char buf[4096];
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    while (true) {
-      ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;  // closed by the server (or 5 s passed)
-      got.append(buf, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    return wire::parse_reply(reinterpret_cast<const std::uint8_t*>(got.data()), got.size());
-  };
   // No hello first.
-  auto r1 = raw(wire::encode(wire::Request{.command = wire::Command::get, .keys = {"k"}}));
+  auto r1 = first_reply(raw_exchange(s.port(), wire::encode(wire::Request{.command = wire::Command::get, .keys = {"k"}})));
   REQUIRE(r1.status == wire::Parse::complete);
   CHECK(r1.message.status == wire::Status::error);
   CHECK(r1.message.value.find("hello") != std::string::npos);
   // A hello, then a malformed frame.
-  std::string hello = wire::encode(wire::Request{.command = wire::Command::hello, .number = wire::magic,
-                                                 .version = wire::version});
-  auto r2 = raw(hello + frame_of("\x63"));
+  auto r2 = first_reply(raw_exchange(s.port(), hello_bytes + frame_of("\x63")));
   CHECK(r2.status == wire::Parse::complete);  // the hello's ok; then the error and the close
   // The store still serves proper clients.
   dist::TCPStore c = client_of(s);
   c.set("still", "here");
   CHECK(s.get("still") == "here");
+}
+
+namespace {
+std::vector<wire::Reply> replies_of(const std::string& got) {
+  std::vector<wire::Reply> all;
+  std::size_t off = 0;
+  while (off < got.size()) {
+    auto r = wire::parse_reply(reinterpret_cast<const std::uint8_t*>(got.data()) + off, got.size() - off);
+    REQUIRE(r.status == wire::Parse::complete);
+    all.push_back(r.message);
+    off += r.consumed;
+  }
+  return all;
+}
+std::string request(wire::Command c, std::vector<std::string> keys, std::int64_t number = 0, std::string value = {}) {
+  return wire::encode(wire::Request{.command = c, .keys = std::move(keys), .value = std::move(value), .number = number});
+}
+// A malformed frame last: the server answers it with an error and closes the connection, so
+// raw_exchange returns as soon as everything before it was answered.
+const std::string closing_frame = frame_of("\x63");
+}  // namespace
+
+TEST_CASE("store: requests queued behind a wait are answered when it times out or is woken") {
+  using wire::Command;
+  using wire::Status;
+  dist::TCPStore s = server();
+  // Timed out, then the queued set of the waited-for key and a get (the set used to wake the
+  // expired wait while the server walked its waits: a double erase).
+  auto a = replies_of(raw_exchange(s.port(), hello_bytes + request(Command::wait, {"q1"}, 50) +
+                                                 request(Command::set, {"q1"}, 0, "v") +
+                                                 request(Command::get, {"q1"}) + closing_frame));
+  REQUIRE(a.size() == 5);
+  CHECK(a[0].status == Status::ok);
+  CHECK(a[1].status == Status::timed_out);
+  CHECK(a[2].status == Status::ok);
+  CHECK(a[3].status == Status::value);
+  CHECK(a[3].value == "v");
+  CHECK(a[4].status == Status::error);
+  // Woken by another client, then the queued get (it used to wait for the client's next bytes).
+  std::thread setter([&] {
+    std::this_thread::sleep_for(200ms);
+    dist::TCPStore c = client_of(s);
+    c.set("q2", "w");
+  });
+  auto b = replies_of(raw_exchange(s.port(), hello_bytes + request(Command::wait, {"q2"}, 60000) +
+                                                 request(Command::get, {"q2"}) + closing_frame));
+  setter.join();
+  REQUIRE(b.size() == 4);
+  CHECK(b[1].status == Status::ready);
+  CHECK(b[2].status == Status::value);
+  CHECK(b[2].value == "w");
+  CHECK(b[3].status == Status::error);
+}
+
+TEST_CASE("store: a wait with the largest timeout the wire allows parks, wakes on set, and does not overflow the clock") {
+  // The server used to add the wire's int64 milliseconds to its clock unchecked (a signed
+  // overflow) and to cut the poll timeout from 64 to 32 bits.
+  using wire::Command;
+  using wire::Status;
+  dist::TCPStore s = server();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(200ms);
+    s.set("late", "1");
+  });
+  auto r = replies_of(raw_exchange(s.port(), hello_bytes + request(Command::wait, {"late"}, INT64_MAX) +
+                                                 request(Command::check, {"late"}) + closing_frame));
+  setter.join();
+  REQUIRE(r.size() == 4);
+  CHECK(r[1].status == Status::ready);
+  CHECK(r[2].status == Status::boolean);
+  CHECK(r[2].number == 1);
+  // A parked wait whose connection ends is dropped without a reply, and the server goes on.
+  auto dropped = replies_of(raw_exchange(s.port(), hello_bytes + request(Command::wait, {"never"}, INT64_MAX), /*shut=*/true));
+  REQUIRE(dropped.size() == 1);
+  CHECK(dropped[0].status == Status::ok);
+  CHECK(s.check({"late"}));
+}
+
+TEST_CASE("wire: the fuzzer's seed corpus (tests/fuzz/corpus/store) parses and re-encodes exactly") {
+  // The seeds are encoded by make_store_seeds.py, a second implementation of the format.
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(BRRR_FUZZ_CORPUS "/store")) {
+    std::ifstream f(entry.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    CAPTURE(entry.path().filename().string());
+    const bool replies = entry.path().filename() == "replies";
+    std::size_t off = 0;
+    int messages = 0;
+    while (off < bytes.size()) {
+      const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data()) + off;
+      std::size_t left = bytes.size() - off;
+      std::string again;
+      std::size_t used = 0;
+      if (replies) {
+        auto r = wire::parse_reply(p, left);
+        REQUIRE(r.status == wire::Parse::complete);
+        again = wire::encode(r.message);
+        used = r.consumed;
+      } else {
+        auto r = wire::parse_request(p, left);
+        REQUIRE(r.status == wire::Parse::complete);
+        again = wire::encode(r.message);
+        used = r.consumed;
+      }
+      CHECK(again == bytes.substr(off, used));
+      off += used;
+      ++messages;
+    }
+    CHECK(messages >= 3);
+    ++files;
+  }
+  CHECK(files == 8);
 }
