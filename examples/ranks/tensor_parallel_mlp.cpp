@@ -23,7 +23,8 @@ int main() {
   dist::init_process_group();
   const int r = dist::rank(), n = dist::world_size();
   Device dev = ranks::device_of_rank();
-  const std::int64_t embed = 256, hidden = 1024;
+  // The hidden layer is split across the ranks: a multiple of their number.
+  const std::int64_t embed = 256, hidden = 1024 - 1024 % n;
 
   manual_seed(0);
   nn::Sequential full{nn::Linear(embed, hidden), nn::GELU(), nn::Linear(hidden, embed)};
