@@ -22,6 +22,7 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::sync: return "sync";
     case ErrorKind::autograd: return "autograd";
     case ErrorKind::stream: return "stream";
+    case ErrorKind::distributed: return "distributed";
   }
   return "?";
 }

@@ -17,7 +17,8 @@ template <class T> struct StringMaker<std::vector<T>> {
       }
       if (i) os << ", ";
       if constexpr (std::is_same_v<T, bool>) os << (v[i] ? "true" : "false");
-      else os << +v[i];
+      else if constexpr (std::is_arithmetic_v<T>) os << +v[i];
+      else os << v[i];
     }
     os << ']';
     return os.str().c_str();
