@@ -109,10 +109,16 @@ public:
   /// Parameters and buffers by dotted name (tied tensors under each of their names). The
   /// values are detached tensors sharing storage with the module: clone() them for a snapshot.
   StateDict state_dict() const;
+  /// The keys load_state_dict(strict = false) did not match (PyTorch's _IncompatibleKeys).
+  struct IncompatibleKeys {
+    std::vector<std::string> missing_keys;     ///< the module's, absent from the state dict
+    std::vector<std::string> unexpected_keys;  ///< the state dict's, not the module's
+  };
   /// Copies values from `state` into the existing parameters/buffers in place (any device or
-  /// dtype converts). strict: Error(value) listing missing and unexpected keys; a shape
-  /// mismatch is always Error(shape) naming the key and both shapes.
-  void load_state_dict(const StateDict& state, bool strict = true) const;
+  /// dtype converts). strict: Error(value) listing missing and unexpected keys; otherwise the
+  /// matching keys are loaded and the others returned. A shape mismatch is always
+  /// Error(shape) naming the key and both shapes.
+  IncompatibleKeys load_state_dict(const StateDict& state, bool strict = true) const;
 
   /// Sum of parameter numels (a tensor registered twice counts once).
   std::int64_t num_parameters() const;

@@ -218,7 +218,7 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const StateDict& state, bool strict) const {
+Module::IncompatibleKeys Module::load_state_dict(const StateDict& state, bool strict) const {
   Named all;
   collect(*checked(impl_, "load_state_dict"), "", true, all);
   collect(*impl_, "", false, all);
@@ -261,6 +261,7 @@ void Module::load_state_dict(const StateDict& state, bool strict) const {
     Tensor dst = t;
     dst.copy_(it->second);  // converts dtype, crosses devices (a counted sync from pageable memory)
   }
+  return {std::move(missing), std::move(unexpected)};
 }
 
 void Module::zero_grad(bool set_to_none) const {
