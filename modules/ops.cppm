@@ -478,8 +478,10 @@ inline constexpr std::nullopt_t None = std::nullopt;
 class TensorIndex {
 public:
   enum class Kind : std::uint8_t { integer, slice, none, ellipsis, tensor };
-  TensorIndex(std::int64_t i) : kind_(Kind::integer), integer_(i) {}
-  TensorIndex(int i) : kind_(Kind::integer), integer_(i) {}
+  /// Any integer type (int, int64_t, size_t, ...); bool is not an index.
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  TensorIndex(I i) : kind_(Kind::integer), integer_(static_cast<std::int64_t>(i)) {}
   TensorIndex(Slice s) : kind_(Kind::slice), slice_(s) {}
   TensorIndex(std::nullopt_t) : kind_(Kind::none) {}
   TensorIndex(EllipsisIndexType) : kind_(Kind::ellipsis) {}

@@ -243,6 +243,8 @@ TEST_CASE("x[i] and x.index with integers, slices, None and Ellipsis are views")
   CHECK(values(x[1]) == values(x.select(0, 1)));
   CHECK(x[1].storage().is_same(x.storage()));
   CHECK(values(x[-1][2]) == V{20, 21, 22, 23});
+  std::size_t unsigned_index = 1;
+  CHECK(values(x.index({unsigned_index, 0})) == V{12, 13, 14, 15});
 
   Tensor a = x.index({Slice(), 1});
   CHECK(a.shape() == Shape{2, 4});
