@@ -14,11 +14,30 @@ namespace brrr::data {
 void Dataset::gather(const std::vector<std::int64_t>& indices, std::vector<Tensor>& out) const {
   for (std::size_t k = 0; k < indices.size(); ++k) {
     std::vector<Tensor> ex = get(indices[k]);
+    if (ex.size() != out.size())
+      throw Error(ErrorKind::shape, "Dataset::gather: example " + std::to_string(indices[k]) + " has " +
+                                        std::to_string(ex.size()) + " fields, the first had " +
+                                        std::to_string(out.size()));
     for (std::size_t f = 0; f < out.size(); ++f) {
+      Tensor row = out[f].select(0, static_cast<std::int64_t>(k));
+      if (!ex[f].defined() || ex[f].shape() != row.shape() || ex[f].dtype() != row.dtype())
+        throw Error(ErrorKind::shape, "Dataset::gather: field " + std::to_string(f) + " of example " +
+                                          std::to_string(indices[k]) + " is " + describe(ex[f]) +
+                                          ", the first example's is " + describe(row));
       NoGradGuard no_grad;
-      out[f].select(0, static_cast<std::int64_t>(k)).copy_(ex.at(f));
+      row.copy_(ex[f]);
     }
   }
+}
+
+std::vector<std::pair<Shape, DType>> Dataset::fields() const {
+  if (size() <= 0) throw Error(ErrorKind::value, "Dataset::fields: the dataset is empty");
+  std::vector<std::pair<Shape, DType>> out;
+  for (const Tensor& t : get(0)) {
+    if (!t.defined()) throw Error(ErrorKind::value, "Dataset::fields: example 0 has an undefined field");
+    out.emplace_back(t.shape(), t.dtype());
+  }
+  return out;
 }
 
 TensorDataset::TensorDataset(std::vector<Tensor> columns) : columns_(std::move(columns)) {

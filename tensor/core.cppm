@@ -14,9 +14,11 @@ module;
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "backend/contract.hpp"  // DType, itemsize, is_floating_point
+#include "tensor/methods.hpp"    // BRRR_TENSOR_METHODS: the op methods of Tensor
 export module brrr.tensor:core;
 
 export namespace brrr {
@@ -47,6 +49,15 @@ const char* to_string(ErrorKind kind);
 class Tensor;
 /// Sizes (or strides) of a tensor, one entry per dimension.
 using Shape = std::vector<std::int64_t>;
+
+/// The dims an op reduces over, as LibTorch's IntArrayRef takes them: one dim (`sum(x, 1)`),
+/// a braced list (`sum(x, {0, 1})`), a vector, or `{}` (every dim, where the op allows it).
+struct DimList : std::vector<std::int64_t> {
+  DimList() = default;
+  DimList(std::int64_t dim) : std::vector<std::int64_t>{dim} {}
+  DimList(std::initializer_list<std::int64_t> dims) : std::vector<std::int64_t>(dims) {}
+  DimList(std::vector<std::int64_t> dims) : std::vector<std::int64_t>(std::move(dims)) {}
+};
 
 /// The one exception type brrr throws. what() names the op and the offending shapes, dtypes
 /// and devices, e.g. "view: shape [2, 3] is invalid for input of size 5". The recurring
@@ -284,6 +295,11 @@ public:
   static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape);
   static Tensor from_vector(const std::vector<bool>& values);
   static Tensor from_vector(const std::vector<bool>& values, Shape shape);
+  /// A braced list of one element type: from_vector({1.f, 2.f}) is f32, {1.0, 2.0} f64, {1, 2}
+  /// i32 (the dtype of the C++ type, dtype_of<T>; see tensor() for PyTorch's inference).
+  template <class T> static Tensor from_vector(std::initializer_list<T> values, Shape shape = {}) {
+    return from_vector(std::vector<T>(values), std::move(shape));
+  }
 
   // --- metadata (host only) ---
   bool defined() const { return impl_ != nullptr; }
@@ -368,9 +384,13 @@ public:
   /// double f64, bfloat16, half, int32_t, int64_t, bool); else Error(dtype). A sync point on
   /// CUDA: copies only numel elements (made contiguous on the device first).
   template <class T> std::vector<T> to_host() const;
-  /// The single element's value (numel must be 1, else Error(shape)); T as in to_host. A sync
-  /// point on CUDA.
+  /// The single element's value (numel must be 1, else Error(shape)) converted to T (float,
+  /// double, bfloat16, half, int32_t, int64_t, bool) from any dtype, as PyTorch's item():
+  /// floats to integers truncate toward zero, a value outside T's range (NaN, inf included)
+  /// is Error(value), anything to bool is x != 0. A sync point on CUDA.
   template <class T> T item() const;
+  /// item() without conversion: T must match dtype() exactly (as to_host), else Error(dtype).
+  template <class T> T item_exact() const;
 
   // --- autograd ---
   /// True for leaves marked requires_grad and for results of ops recorded in a graph.
@@ -419,14 +439,53 @@ public:
   /// True for leaves that require grad and for non-leaves after retain_grad().
   bool retains_grad() const;
 
-  // --- shortcuts for ops (LibTorch's spelling) ---
-  // x.sum() is brrr::sum(x). They are templates over TensorMethods (defined by brrr.ops), so
-  // the call is resolved where it is written, in code that imports brrr.ops (`import brrr;`
-  // does): brrr.tensor itself does not depend on the op layer.
-  /// Sum of all elements: [..] -> [] (integers and bool sum to i64).
-  template <class Ops = TensorMethods> [[nodiscard]] Tensor sum() const { return Ops::sum(*this); }
-  /// Mean of all elements (floating dtypes).
-  template <class Ops = TensorMethods> [[nodiscard]] Tensor mean() const { return Ops::mean(*this); }
+  /// x[i] is select(0, i) (LibTorch's x[i]): [A, B, ...] -> [B, ...], a view.
+  [[nodiscard]] Tensor operator[](std::int64_t index) const { return select(0, index); }
+
+  // --- op methods (LibTorch's spelling) ---
+  // x.pow(2) is brrr::pow(x, 2), for every entry of BRRR_TENSOR_METHODS (tensor/methods.hpp):
+  // see the free functions' documentation in modules/ops.cppm. They are templates over
+  // TensorMethods (defined by brrr.ops), so the call is resolved where it is written, in code
+  // that imports brrr.ops (`import brrr;` does): brrr.tensor itself does not depend on the
+  // op layer.
+#define BRRR_TENSOR_METHOD(name, params, args)                    \
+  template <class Ops = TensorMethods> auto name params const { \
+    const Tensor& self = *this;                                   \
+    return Ops::name BRRR_METHOD_SELF_ARGS args;                  \
+  }
+#define BRRR_TENSOR_PURE_METHOD(name, params, args)                             \
+  template <class Ops = TensorMethods> [[nodiscard]] auto name params const { \
+    const Tensor& self = *this;                                                 \
+    return Ops::name BRRR_METHOD_SELF_ARGS args;                                \
+  }
+  BRRR_TENSOR_METHODS(BRRR_TENSOR_PURE_METHOD, typename Ops::Scalar)
+  BRRR_TENSOR_INPLACE_METHODS(BRRR_TENSOR_METHOD, typename Ops::Scalar)
+#undef BRRR_TENSOR_PURE_METHOD
+#undef BRRR_TENSOR_METHOD
+
+  /// LibTorch's indexing: x.index({Slice(0, 8), 2, None, Ellipsis, idx, mask}) and x[idx]
+  /// (brrr::index, modules/ops.cppm).
+  template <class Ops = TensorMethods>
+  [[nodiscard]] Tensor index(std::initializer_list<typename Ops::TensorIndex> indices) const {
+    return Ops::index(*this, indices);
+  }
+  template <class Ops = TensorMethods>
+  [[nodiscard]] Tensor index(const std::vector<typename Ops::TensorIndex>& indices) const {
+    return Ops::index(*this, indices);
+  }
+  template <class Ops = TensorMethods> [[nodiscard]] Tensor operator[](const Tensor& index) const {
+    return Ops::index(*this, {index});
+  }
+  /// x.index_put_({...}, values): brrr::index_put_ (in place; returns *this).
+  template <class Ops = TensorMethods>
+  Tensor index_put_(std::initializer_list<typename Ops::TensorIndex> indices, const Tensor& values,
+                    bool accumulate = false) const {
+    return Ops::index_put_(*this, indices, values, accumulate);
+  }
+  template <class Ops = TensorMethods>
+  Tensor index_put_(std::initializer_list<typename Ops::TensorIndex> indices, typename Ops::Scalar value) const {
+    return Ops::index_put_(*this, indices, value);
+  }
 
 private:
   friend struct TensorInternals;
@@ -501,6 +560,40 @@ private:
 // Factories. All take TensorOptions; on CUDA they run as kernels on the current stream with
 // no host round trip.
 // ---------------------------------------------------------------------------------------
+
+/// A number or a nested braced list of numbers, what tensor() takes (LibTorch's
+/// TensorDataContainer): 1.5, {1, 2, 3}, {{1.f, 2.f}, {3.f, 4.f}}, or a std::vector of numbers.
+class TensorData {
+public:
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  TensorData(T value)
+      : kind_(std::is_same_v<T, bool> ? Kind::boolean : std::is_integral_v<T> ? Kind::integer : Kind::floating),
+        real_(static_cast<double>(value)), integer_(std::is_integral_v<T> ? static_cast<std::int64_t>(value) : 0) {}
+  TensorData(std::initializer_list<TensorData> list) : kind_(Kind::list), list_(list) {}
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  TensorData(const std::vector<T>& values) : kind_(Kind::list), list_(values.begin(), values.end()) {}
+
+  enum class Kind : std::uint8_t { boolean, integer, floating, list };
+  Kind kind() const { return kind_; }
+  double real() const { return real_; }
+  std::int64_t integer() const { return integer_; }
+  const std::vector<TensorData>& list() const { return list_; }
+
+private:
+  Kind kind_;
+  double real_ = 0;
+  std::int64_t integer_ = 0;
+  std::vector<TensorData> list_;
+};
+
+/// A tensor from a literal, as LibTorch's torch::tensor: tensor(2.5) is 0-d, tensor({1, 2, 3})
+/// 1-D, tensor({{1, 2}, {3, 4}}) 2-D. Without options.dtype: f32 if any number is floating,
+/// else i64 for integers, bool for bools only (PyTorch's inference). Nested lists must be
+/// regular (Error(shape) naming the ragged level). Made on the CPU, then moved to
+/// options.device.
+[[nodiscard]] Tensor tensor(const TensorData& data, TensorOptions options = {});
 
 /// Uninitialised memory.
 [[nodiscard]] Tensor empty(Shape shape, TensorOptions options = {});

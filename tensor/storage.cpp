@@ -1,4 +1,6 @@
 module;
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -25,6 +27,16 @@ Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
     throw Error(ErrorKind::device, "Storage::allocate: pinned memory is host memory, not " + device.str());
   switch (device.type()) {
     case DeviceType::cpu: {
+      // Without a CUDA device pinned memory has no use: warn once and give pageable memory
+      // (PyTorch's DataLoader does the same with pin_memory=True), so portable code needs no
+      // branch. is_pinned() tells which one was given.
+      if (pinned && backend::device_count() == 0) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true))
+          std::fprintf(stderr, "brrr: warning: pinned = true but no CUDA device is available; using pageable "
+                               "host memory instead (this warning is shown once)\n");
+        pinned = false;
+      }
       if (pinned) return backend::allocate_pinned(nbytes);
       // 64-byte aligned so that Eigen and vector loads never see a misaligned base.
       std::size_t rounded = (nbytes + 63) / 64 * 64;

@@ -120,10 +120,12 @@ TEST_CASE("item and to_host: numel and dtype mismatches") {
   CHECK_BRRR_ERROR(v.item<float>(), ErrorKind::shape, "item", "[3]", "f32", "3 elements");
   CHECK_BRRR_ERROR(zeros({0}).item<float>(), ErrorKind::shape, "item", "[0]", "0 elements");
   CHECK_BRRR_ERROR(zeros({2, 2}).item<float>(), ErrorKind::shape, "item", "[2, 2]");
-  CHECK_BRRR_ERROR(full({}, 1.0).item<double>(), ErrorKind::dtype, "item<f64>", "f32");
-  CHECK_BRRR_ERROR(full({1}, 1.0).item<std::int64_t>(), ErrorKind::dtype, "item<i64>", "f32");
-  CHECK_BRRR_ERROR(arange(1).item<std::int32_t>(), ErrorKind::dtype, "item<i32>", "i64");
-  CHECK_BRRR_ERROR(full({1}, 1.0, {.dtype = DType::f16}).item<bfloat16>(), ErrorKind::dtype, "item<bf16>", "f16");
+  // item<T>() converts (tests/tensor/test_call_forms.cpp); item_exact<T>() is the strict form.
+  CHECK_BRRR_ERROR(full({}, 1.0).item_exact<double>(), ErrorKind::dtype, "item_exact<f64>", "f32");
+  CHECK_BRRR_ERROR(full({1}, 1.0).item_exact<std::int64_t>(), ErrorKind::dtype, "item_exact<i64>", "f32");
+  CHECK_BRRR_ERROR(arange(1).item_exact<std::int32_t>(), ErrorKind::dtype, "item_exact<i32>", "i64");
+  CHECK_BRRR_ERROR(full({1}, 1.0, {.dtype = DType::f16}).item_exact<bfloat16>(), ErrorKind::dtype, "item_exact<bf16>",
+                   "f16");
   CHECK_BRRR_ERROR(zeros({2, 2}).to_host<double>(), ErrorKind::dtype, "to_host<f64>", "[2, 2] f32 on cpu",
                    "to(DType::f64)");
   CHECK_BRRR_ERROR(arange(3).to_host<std::int32_t>(), ErrorKind::dtype, "to_host<i32>", "[3] i64");
