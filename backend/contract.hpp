@@ -133,6 +133,22 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
 // The op lists. One entry per op; the enum, its names and with_op() come from the list.
 // ---------------------------------------------------------------------------------------
 
+/// The parametrised activations (ops/activation.cpp, math in ops/activation_math.hpp), part
+/// of BRRR_UNARY_OPS; p0/p1 carry their parameters: leaky_relu (negative_slope), elu (alpha,
+/// scale; selu is elu with fixed ones), celu (alpha), softplus (beta, threshold), hardtanh
+/// (min_val, max_val).
+#define BRRR_ACTIVATION_OPS(X)           \
+  X(leaky_relu, "leaky_relu", promote)   \
+  X(elu, "elu", promote)                 \
+  X(celu, "celu", promote)               \
+  X(softplus, "softplus", promote)       \
+  X(hardtanh, "hardtanh", promote)       \
+  X(hardswish, "hardswish", promote)     \
+  X(hardsigmoid, "hardsigmoid", promote) \
+  X(mish, "mish", promote)               \
+  X(logsigmoid, "logsigmoid", promote)   \
+  X(softsign, "softsign", promote)
+
 /// Elementwise functions of one operand: X(op, name, integers). `name` is the public op's
 /// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused)
 /// or promote (integer and bool inputs compute in f32, as PyTorch's floating functions). The
@@ -149,6 +165,7 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(tanh, "tanh", promote)            \
   X(sigmoid, "sigmoid", promote)      \
   X(relu, "relu", keep)               \
+  BRRR_ACTIVATION_OPS(X)              \
   X(gelu_tanh, "gelu", promote)       \
   X(gelu_erf, "gelu", promote)        \
   X(silu, "silu", promote)            \

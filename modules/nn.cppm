@@ -186,6 +186,65 @@ public:
   Sigmoid();
 };
 
+/// The activations of brrr.ops as modules (nn/activations.cpp), with PyTorch's defaults.
+class LeakyReLU : public Module {
+public:
+  explicit LeakyReLU(double negative_slope = 0.01);
+};
+class ELU : public Module {
+public:
+  explicit ELU(double alpha = 1.0);
+};
+class SELU : public Module {
+public:
+  SELU();
+};
+class CELU : public Module {
+public:
+  explicit CELU(double alpha = 1.0);  ///< alpha == 0: Error(value)
+};
+class Softplus : public Module {
+public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0);  ///< beta == 0: Error(value)
+};
+class Hardtanh : public Module {
+public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0);  ///< min_val > max_val: Error(value)
+};
+class ReLU6 : public Module {
+public:
+  ReLU6();
+};
+class Hardswish : public Module {
+public:
+  Hardswish();
+};
+class Hardsigmoid : public Module {
+public:
+  Hardsigmoid();
+};
+class Mish : public Module {
+public:
+  Mish();
+};
+class LogSigmoid : public Module {
+public:
+  LogSigmoid();
+};
+class Softsign : public Module {
+public:
+  Softsign();
+};
+class GLU : public Module {
+public:
+  explicit GLU(std::int64_t dim = -1);
+};
+/// brrr::dropout2d with probability p in training mode; identity in eval mode.
+class Dropout2d : public Module {
+public:
+  explicit Dropout2d(double p = 0.5);  ///< p outside [0, 1]: Error(value)
+};
+
 /// Dropout with probability p in training mode; identity in eval mode.
 class Dropout : public Module {
 public:
@@ -243,3 +302,9 @@ void save(const Module& module, const std::string& path);
 void load(const Module& module, const std::string& path);
 
 }  // namespace brrr::nn
+
+// Not exported: shared by the implementation units of brrr.nn.
+namespace brrr::nn::detail {
+/// A parameterless module computing fn, printed as `name` (nn/layers.cpp).
+std::shared_ptr<ModuleImpl> function_module(std::function<Tensor(const Tensor&)> fn, std::string name);
+}  // namespace brrr::nn::detail

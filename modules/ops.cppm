@@ -162,6 +162,47 @@ Tensor operator-(const Tensor& a);
 [[nodiscard]] Tensor clamp_max(const Tensor& x, double max);
 
 // ---------------------------------------------------------------------------------------
+// Activations (ops/activation.cpp): same shape and dtype, floating dtypes (integer and bool
+// inputs compute in f32). One elementwise kernel forward; gradients are Tensor ops, so
+// second derivatives work. Argument names and defaults are torch.nn.functional's.
+// ---------------------------------------------------------------------------------------
+
+/// x > 0 ? x : negative_slope * x (Maas et al. 2013). Gradient 1 or negative_slope (the
+/// latter at 0).
+[[nodiscard]] Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x > 0 ? x : alpha (exp(x) - 1) (Clevert et al. 2015, "Fast and Accurate Deep Network
+/// Learning by Exponential Linear Units").
+[[nodiscard]] Tensor elu(const Tensor& x, double alpha = 1.0);
+/// scale * elu(x, alpha) with alpha = 1.6732632423543772, scale = 1.0507009873554805
+/// (Klambauer et al. 2017, "Self-Normalizing Neural Networks").
+[[nodiscard]] Tensor selu(const Tensor& x);
+/// max(0, x) + min(0, alpha (exp(x / alpha) - 1)) (Barron 2017). alpha == 0: Error(value).
+[[nodiscard]] Tensor celu(const Tensor& x, double alpha = 1.0);
+/// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (for stability).
+/// Gradient sigmoid(beta x) (1 above the threshold). beta == 0: Error(value).
+[[nodiscard]] Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+/// clamp(x, min_val, max_val); gradient 1 strictly inside (min_val, max_val), 0 at and past
+/// the bounds (PyTorch's hardtanh_backward; clamp's includes the bounds). min_val > max_val:
+/// Error(value).
+[[nodiscard]] Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+/// hardtanh(x, 0, 6).
+[[nodiscard]] Tensor relu6(const Tensor& x);
+/// x * relu6(x + 3) / 6 (Howard et al. 2019, "Searching for MobileNetV3"). Gradient 0 at and
+/// below -3, x / 3 + 1/2 strictly inside (-3, 3), 1 at and above 3 (PyTorch's).
+[[nodiscard]] Tensor hardswish(const Tensor& x);
+/// relu6(x + 3) / 6; gradient 1/6 strictly inside (-3, 3), else 0.
+[[nodiscard]] Tensor hardsigmoid(const Tensor& x);
+/// x * tanh(softplus(x)) (Misra 2019, "Mish: A Self Regularized Non-Monotonic Activation").
+[[nodiscard]] Tensor mish(const Tensor& x);
+/// log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), stable for large |x|.
+[[nodiscard]] Tensor logsigmoid(const Tensor& x);
+/// x / (1 + |x|).
+[[nodiscard]] Tensor softsign(const Tensor& x);
+/// Gated linear unit (Dauphin et al. 2017): x split in halves a, b along `dim`, a * sigmoid(b).
+/// The size along dim must be even (Error(shape)); a 0-d input is Error(shape).
+[[nodiscard]] Tensor glu(const Tensor& x, std::int64_t dim = -1);
+
+// ---------------------------------------------------------------------------------------
 // Reductions. dims may be negative; an empty dims list reduces over all dims. keepdim keeps
 // reduced dims with size 1. bf16/f16 accumulate in f32 (f32 too on CUDA; the CPU accumulates
 // every floating dtype in f64). A dim out of range is Error(index) naming the op and shape;
@@ -315,6 +356,12 @@ struct CrossEntropyOptions {
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training (identity
 /// otherwise). The mask comes from rand() with the seeded generator: the same on CPU and GPU.
 [[nodiscard]] Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+/// Channel dropout (Tompson et al. 2015): in training, whole channels of [N, C, H, W] (or an
+/// unbatched [C, H, W]) are zeroed with probability p and the rest scaled by 1/(1-p); one
+/// draw per (n, c), as dropout's from the seeded generator (the same on CPU and GPU).
+/// Identity when not training or p == 0. Error(value) for p outside [0, 1], Error(shape)
+/// for other ranks, Error(dtype) for non-floating inputs.
+[[nodiscard]] Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true);
 /// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed
 /// order instead of with atomics: reproducible to the bit, slower. Off by default.
 void set_deterministic(bool deterministic);
@@ -401,6 +448,15 @@ std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std:
 backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                          std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s, std::int64_t out_h,
                          std::int64_t out_w);
+/// The elementwise op `op` of x with its parameters p0/p1 (clamp's bounds, the activations'
+/// parameters), its backward rule recorded (ops/unary.cpp).
+Tensor unary_op(backend::UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0);
+/// The gradient of an activation of BRRR_ACTIVATION_OPS at input x (ops/activation.cpp).
+Tensor activation_rule(backend::UnaryOp op, const Tensor& g, const Tensor& x, double p0, double p1);
+/// Inverted-dropout noise of `shape` for x: 1 / (1 - p) where rand >= p, else 0, in x's
+/// dtype on x's device (0 < p < 1; ops/dropout.cpp).
+Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
+
 /// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
 Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value);
 
