@@ -332,6 +332,41 @@ struct CrossEntropyOptions {
 [[nodiscard]] Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                                 const Tensor& bias = {}, double eps = 1e-5);
 
+/// Batch normalisation (Ioffe & Szegedy 2015), PyTorch's F.batch_norm, over input [N, C, *]
+/// (floating) per channel c: (x - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c].
+/// training: mean/var are the batch's (biased variance over the N * prod(*) values of each
+/// channel, Error(value) unless there are more than 1), and running_mean/running_var ([C],
+/// when given) are updated in place: r = (1 - momentum) r + momentum s, with the unbiased
+/// variance. Otherwise the running statistics normalise (both required: Error(value)).
+/// weight/bias [C] optional; any [C] tensor of another shape is Error(shape); devices must
+/// match. Fused: one statistics kernel (which also updates f32/f64 contiguous running stats)
+/// and one elementwise kernel forward, one reduction and one elementwise kernel backward.
+[[nodiscard]] Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                                const Tensor& weight = {}, const Tensor& bias = {}, bool training = false,
+                                double momentum = 0.1, double eps = 1e-5);
+/// Group normalisation (Wu & He 2018): the C channels of [N, C, *] split into num_groups
+/// groups, each (sample, group) normalised over its C/G * prod(*) values (biased variance),
+/// then weight[c], bias[c] (optional, [C]). C not divisible by num_groups: Error(value).
+[[nodiscard]] Tensor group_norm(const Tensor& input, std::int64_t num_groups, const Tensor& weight = {},
+                                const Tensor& bias = {}, double eps = 1e-5);
+/// Instance normalisation (Ulyanov et al. 2016) of [N, C, *] (at least 3-D), each (sample,
+/// channel) over its spatial values; weight/bias [C] optional. use_input_stats: the
+/// instance statistics (more than 1 spatial value, else Error(value)), and running stats,
+/// when given, move toward their batch means (unbiased variance) with momentum; otherwise
+/// the running statistics normalise, as batch_norm in evaluation mode.
+[[nodiscard]] Tensor instance_norm(const Tensor& input, const Tensor& running_mean = {},
+                                   const Tensor& running_var = {}, const Tensor& weight = {},
+                                   const Tensor& bias = {}, bool use_input_stats = true, double momentum = 0.1,
+                                   double eps = 1e-5);
+/// Root-mean-square normalisation (Zhang & Sennrich 2019) over the trailing normalized_shape:
+/// x / sqrt(mean(x^2) + eps) * weight. eps unset: the dtype's machine epsilon
+/// (torch.finfo(dtype).eps). bf16/f16 compute in f32.
+[[nodiscard]] Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = {},
+                              std::optional<double> eps = std::nullopt);
+/// x / max(||x||_p, eps) along dim (p > 0, inf allowed; Error(value) otherwise). The
+/// gradient at a zero vector is 0 (the clamp is taken on the power sum).
+[[nodiscard]] Tensor normalize(const Tensor& input, double p = 2.0, std::int64_t dim = 1, double eps = 1e-12);
+
 /// Rows of `weight` [V, D] at `indices` (i32/i64, any shape) -> [..., D]. Backward is a
 /// scatter-add into weight's gradient (deterministic order when set_deterministic(true)).
 /// padding_idx: that row gets no gradient. Error(index) for an index outside [0, V).
@@ -379,6 +414,32 @@ struct Conv2dOptions {
 /// out = floor((H + 2p - d (k - 1) - 1) / s) + 1. im2col + GEMM.
 [[nodiscard]] Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                             Conv2dOptions options = {});
+/// Options of conv_transpose2d (PyTorch's argument names).
+struct ConvTranspose2dOptions {
+  std::array<std::int64_t, 2> stride{1, 1};
+  std::array<std::int64_t, 2> padding{0, 0};
+  /// Extra rows/columns at the bottom/right of the output (each < stride or < dilation).
+  std::array<std::int64_t, 2> output_padding{0, 0};
+  std::int64_t groups = 1;
+  std::array<std::int64_t, 2> dilation{1, 1};
+};
+/// 2-D transposed convolution (the gradient of conv2d with respect to its input; Dumoulin &
+/// Visin 2016, "A guide to convolution arithmetic"): input [N, Cin, H, W] (or [Cin, H, W]),
+/// weight [Cin, Cout/groups, kh, kw], bias [Cout] or undefined -> [N, Cout, H', W'] with
+/// H' = (H - 1) s - 2 p + d (kh - 1) + output_padding + 1. One batched GEMM and col2im per
+/// group. Error(shape) for mismatched channels/ranks, Error(dtype) unless input, weight and
+/// bias share a floating dtype, Error(value) for non-positive kernel/stride/dilation,
+/// negative padding, or output_padding not below stride or dilation.
+[[nodiscard]] Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
+                                      ConvTranspose2dOptions options = {});
+/// Options of conv1d.
+struct Conv1dOptions {
+  std::int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+/// 1-D convolution: input [N, C, L] (or [C, L]), weight [O, C/groups, k], bias [O] ->
+/// [N, O, L'], L' = floor((L + 2p - d (k - 1) - 1) / s) + 1; conv2d over a height-1 image.
+[[nodiscard]] Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
+                            Conv1dOptions options = {});
 /// Options of the 2-D pools.
 struct Pool2dOptions {
   std::array<std::int64_t, 2> kernel_size{2, 2};
@@ -457,6 +518,9 @@ Tensor activation_rule(backend::UnaryOp op, const Tensor& g, const Tensor& x, do
 /// dtype on x's device (0 < p < 1; ops/dropout.cpp).
 Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
 
+/// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape), summing
+/// overlaps; differentiable (its adjoint is unfold; ops/conv.cpp).
+Tensor fold_cols(const Tensor& cols, const backend::Window2d& g);
 /// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
 Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value);
 
