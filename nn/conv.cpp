@@ -24,6 +24,17 @@ Tensor own(const std::shared_ptr<ModuleImpl>& impl, const std::string& name) {
   return {};
 }
 
+// weight of `shape` ~ kaiming_uniform(a = sqrt 5) and bias [out] ~ U(+-1/sqrt(fan_in)).
+void register_conv_parameters(ModuleImpl& m, const Shape& shape, std::int64_t out, bool bias) {
+  Tensor& weight = m.register_parameter("weight", empty(shape));
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias) {
+    const std::int64_t fan_in = init::fan_in_and_fan_out(weight).first;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    init::uniform_(m.register_parameter("bias", empty({out})), -bound, bound);
+  }
+}
+
 void check_channels(const char* op, std::int64_t in, std::int64_t out, std::int64_t groups) {
   if (in <= 0 || out <= 0 || groups <= 0 || in % groups != 0 || out % groups != 0)
     throw Error(ErrorKind::value, std::string(op) + ": in_channels (" + std::to_string(in) + ") and out_channels (" +
@@ -39,13 +50,7 @@ public:
     check_channels("ConvTranspose2d", in, out, o.groups);
     if (k[0] <= 0 || k[1] <= 0)
       throw Error(ErrorKind::value, "ConvTranspose2d: kernel_size " + pair_str(k) + " must be positive");
-    Tensor& weight = register_parameter("weight", empty({in, out / o.groups, k[0], k[1]}));
-    init::kaiming_uniform_(weight, std::sqrt(5.0));
-    if (bias) {
-      const std::int64_t fan_in = init::fan_in_and_fan_out(weight).first;
-      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-      init::uniform_(register_parameter("bias", empty({out})), -bound, bound);
-    }
+    register_conv_parameters(*this, {in, out / o.groups, k[0], k[1]}, out, bias);
   }
   Tensor forward(const Tensor& x) override {
     return conv_transpose2d(x, own_parameters()[0].second, has_bias_ ? own_parameters()[1].second : Tensor(), o_);
@@ -74,13 +79,7 @@ public:
       : in_(in), out_(out), k_(k), o_(o), has_bias_(bias) {
     check_channels("Conv1d", in, out, o.groups);
     if (k <= 0) throw Error(ErrorKind::value, "Conv1d: kernel_size " + std::to_string(k) + " must be positive");
-    Tensor& weight = register_parameter("weight", empty({out, in / o.groups, k}));
-    init::kaiming_uniform_(weight, std::sqrt(5.0));
-    if (bias) {
-      const std::int64_t fan_in = init::fan_in_and_fan_out(weight).first;
-      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-      init::uniform_(register_parameter("bias", empty({out})), -bound, bound);
-    }
+    register_conv_parameters(*this, {out, in / o.groups, k}, out, bias);
   }
   Tensor forward(const Tensor& x) override {
     return conv1d(x, own_parameters()[0].second, has_bias_ ? own_parameters()[1].second : Tensor(), o_);

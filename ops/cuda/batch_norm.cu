@@ -7,7 +7,7 @@
 //     block that owns a channel also updates its running statistics, so training costs no
 //     extra launch.
 //   - the two elementwise kernels (normalise; input gradient) are grid-stride loops over
-//     all elements with the channel (i / M) % C, 32-bit index math below 2^32 elements.
+//     all elements with the channel (i / M) % C, 32-bit index math below 2^31 elements.
 #include <cmath>
 #include <cstdint>
 
@@ -172,7 +172,7 @@ int batch_norm_elemt(void* out, const void* in, const void* mean, const void* in
           static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<I>(total), static_cast<I>(c),
           static_cast<I>(m));
     };
-    if (total < (std::int64_t(1) << 32)) launch(std::uint32_t{});
+    if (total < (std::int64_t(1) << 31)) launch(std::uint32_t{});  // i + stride cannot wrap
     else launch(std::int64_t{});
   });
   return status(ok);
@@ -193,7 +193,7 @@ int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, c
               static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), static_cast<I>(total),
               static_cast<I>(c), static_cast<I>(m), static_cast<A>(1.0 / static_cast<double>(n * m)));
     };
-    if (total < (std::int64_t(1) << 32)) launch(std::uint32_t{});
+    if (total < (std::int64_t(1) << 31)) launch(std::uint32_t{});  // i + stride cannot wrap
     else launch(std::int64_t{});
   });
   return status(ok);
