@@ -16,7 +16,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
-#include "tests/ops/fixture_replay.hpp"
+#include "tests/ops/torch_fixtures.hpp"
 
 using namespace brrr;
 using namespace test;
