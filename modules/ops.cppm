@@ -440,6 +440,20 @@ struct Conv1dOptions {
 /// [N, O, L'], L' = floor((L + 2p - d (k - 1) - 1) / s) + 1; conv2d over a height-1 image.
 [[nodiscard]] Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                             Conv1dOptions options = {});
+/// PyTorch's F.pad: `padding` lists (before, after) pairs from the last dim backwards,
+/// (left, right, top, bottom, ...). mode "constant" fills with `value` (negative amounts
+/// crop); "reflect" mirrors without repeating the edge (amounts < the dim's size);
+/// "replicate" repeats the edge; "circular" wraps around (amounts <= the size). The
+/// non-constant modes pad at most the last ndim - 1 dims. Error(value) for another mode or a
+/// bad amount, Error(shape) for an odd-length or too long padding. Gradients sum back into
+/// the copied elements.
+[[nodiscard]] Tensor pad(const Tensor& input, const std::vector<std::int64_t>& padding,
+                         std::string_view mode = "constant", double value = 0.0);
+/// [*, C r^2, H, W] -> [*, C, H r, W r]: each group of r^2 channels tiles an r x r block
+/// (a view chain and one copy). Error(shape) unless the channels divide by r^2.
+[[nodiscard]] Tensor pixel_shuffle(const Tensor& input, std::int64_t upscale_factor);
+/// The inverse of pixel_shuffle: [*, C, H r, W r] -> [*, C r^2, H, W].
+[[nodiscard]] Tensor pixel_unshuffle(const Tensor& input, std::int64_t downscale_factor);
 /// Options of the 2-D pools.
 struct Pool2dOptions {
   std::array<std::int64_t, 2> kernel_size{2, 2};

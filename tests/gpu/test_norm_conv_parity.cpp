@@ -194,3 +194,13 @@ TEST_CASE("conv_transpose2d and conv1d parity: forward and backward (f32, f64)")
     parity([](const std::vector<Tensor>& t) { return conv1d(t[0], t[1], t[2], {.stride = 2, .padding = 1}); },
            {cpu_randn({3, 4, 20}, dt), cpu_randn({5, 4, 3}, dt), cpu_randn({5}, dt)}, dt);
 }
+
+TEST_CASE("pad and pixel_shuffle parity") {
+  manual_seed(23);
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = cpu_randn({2, 3, 5, 6}, dt);
+    for (std::string mode : {"constant", "reflect", "replicate", "circular"})
+      parity([mode](const std::vector<Tensor>& in) { return pad(in[0], {2, 1, 3, 2}, mode, 0.5); }, {x}, dt);
+    parity([](const std::vector<Tensor>& in) { return pixel_shuffle(in[0], 2); }, {cpu_randn({2, 8, 3, 5}, dt)}, dt);
+  }
+}
