@@ -93,4 +93,36 @@ std::shared_ptr<TensorDataset> fashion_mnist(const std::string& dir, bool train)
   return std::make_shared<TensorDataset>(std::vector<Tensor>{images.unsqueeze(1), labels});
 }
 
+Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices)
+    : dataset_(std::move(dataset)), indices_(std::move(indices)) {
+  if (!dataset_) throw Error(ErrorKind::value, "Subset: the dataset is null");
+  std::int64_t n = dataset_->size();
+  for (std::int64_t i : indices_)
+    if (i < 0 || i >= n)
+      throw Error(ErrorKind::index, "Subset: index " + std::to_string(i) + " is outside a dataset of " +
+                                        std::to_string(n) + " examples");
+}
+
+std::int64_t Subset::size() const { return static_cast<std::int64_t>(indices_.size()); }
+
+std::vector<Tensor> Subset::get(std::int64_t index) const {
+  if (index < 0 || index >= size())
+    throw Error(ErrorKind::index, "Subset::get: index " + std::to_string(index) + " out of range for " +
+                                      std::to_string(size()) + " examples");
+  return dataset_->get(indices_[static_cast<std::size_t>(index)]);
+}
+
+void Subset::gather(const std::vector<std::int64_t>& indices, std::vector<Tensor>& out) const {
+  std::vector<std::int64_t> mapped;
+  mapped.reserve(indices.size());
+  for (std::int64_t i : indices) {
+    if (i < 0 || i >= size())
+      throw Error(ErrorKind::index, "Subset::gather: index " + std::to_string(i) + " out of range");
+    mapped.push_back(indices_[static_cast<std::size_t>(i)]);
+  }
+  dataset_->gather(mapped, out);
+}
+
+std::vector<std::pair<Shape, DType>> Subset::fields() const { return dataset_->fields(); }
+
 }  // namespace brrr::data

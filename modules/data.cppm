@@ -49,6 +49,23 @@ private:
   std::vector<Tensor> columns_;
 };
 
+/// The examples of `dataset` at `indices`, in that order (PyTorch's Subset): example i is
+/// dataset's example indices[i]. What a DistributedSampler's shard of an epoch is fed through.
+/// Error(index) for an index outside the dataset.
+class Subset final : public Dataset {
+public:
+  Subset(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices);
+  std::int64_t size() const override;
+  std::vector<Tensor> get(std::int64_t index) const override;
+  void gather(const std::vector<std::int64_t>& indices, std::vector<Tensor>& out) const override;
+  std::vector<std::pair<Shape, DType>> fields() const override;
+  const std::vector<std::int64_t>& indices() const { return indices_; }
+
+private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<std::int64_t> indices_;
+};
+
 /// The directory the Debian package dataset-fashion-mnist installs.
 inline constexpr const char* default_fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
 

@@ -6,6 +6,7 @@ module;
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
@@ -35,7 +36,9 @@ enum class ErrorKind : std::uint8_t {
   cuda,        ///< a CUDA/cuBLAS/cuRAND call failed (message names call and file:line)
   out_of_memory,
   sync,        ///< a host-device synchronisation refused by SyncPolicy::error
+  stream,      ///< an unordered cross-stream access found by cuda::set_stream_check(true)
   autograd,    ///< backward through a modified tensor, no grad_fn, ...
+  distributed, ///< ranks: rendezvous, store, a collective's timeout, a dead or mismatched rank, NCCL/Gloo
 };
 
 /// Returns the kind's name, e.g. "shape".
@@ -188,8 +191,11 @@ std::int64_t checked_numel(const Shape& sizes, const char* op);
 class Storage {
 public:
   Storage() = default;
-  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory).
-  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false);
+  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory). `log` (internal):
+  /// the stream record the allocator keeps for these bytes (brrr's CUDA and pinned
+  /// allocators), valid while `data` is.
+  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false,
+          stream_check::AccessLog* log = nullptr);
   /// Allocates `nbytes` on `device` (pinned host memory when `pinned`). Uninitialised.
   /// CUDA allocations are stream-ordered on the device's current stream.
   static Storage allocate(std::size_t nbytes, Device device, bool pinned = false);
@@ -205,6 +211,9 @@ public:
   /// Number of handles (tensors/views) sharing these bytes.
   long use_count() const { return impl_.use_count(); }
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
+  /// Internal (the CUDA runtime's): the streams that wrote and read these bytes
+  /// (cuda/stream_order.cpp); nullptr for an undefined Storage and for CPU heap memory.
+  stream_check::AccessLog* access_log() const;
 
 private:
   struct Impl;
@@ -238,7 +247,9 @@ struct CopyOptions {
 // ---------------------------------------------------------------------------------------
 
 namespace autograd {
-class Node;  // brrr.tensor:graph
+class Node;             // brrr.tensor:graph
+class RemovableHandle;  // brrr.tensor:graph
+struct HookList;        // brrr.tensor:graph
 }
 struct TensorInternals;  // implementation units' access to Tensor's state
 // What the op shortcuts below call (x.sum() -> TensorMethods::sum(x)), defined by brrr.ops in
@@ -392,6 +403,21 @@ public:
   void set_data(const Tensor& other) const;
   /// For op implementations: makes this tensor output `output_nr` of `fn`.
   void set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr = 0) const;
+  /// A gradient hook (PyTorch's register_hook): during backward, fn(grad) runs on the gradient
+  /// with respect to this tensor (summed over its uses) before it is accumulated into a leaf's
+  /// grad() or passed on to the op that made it; a defined result replaces the gradient
+  /// (shape must match). Hooks run in registration order. Error(autograd) unless this tensor
+  /// requires grad.
+  autograd::RemovableHandle register_hook(std::function<Tensor(const Tensor&)> fn) const;
+  /// Leaves only: fn(leaf) runs each time backward has accumulated a gradient into grad()
+  /// (PyTorch's register_post_accumulate_grad_hook; DDP starts its bucket all-reduces here).
+  /// Error(autograd) for a non-leaf or a leaf that does not require grad.
+  autograd::RemovableHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  /// Makes backward keep this non-leaf's gradient in grad() (accumulated like a leaf's); a
+  /// no-op for leaves. Error(autograd) unless it requires grad.
+  void retain_grad() const;
+  /// True for leaves that require grad and for non-leaves after retain_grad().
+  bool retains_grad() const;
 
   // --- shortcuts for ops (LibTorch's spelling) ---
   // x.sum() is brrr::sum(x). They are templates over TensorMethods (defined by brrr.ops), so
@@ -521,6 +547,7 @@ struct Storage::Impl {
   Device device;
   bool pinned = false;
   mutable std::uint64_t version = 0;
+  stream_check::AccessLog* log = nullptr;  // in the allocator's block (see access_log())
 };
 
 struct Tensor::Impl {
@@ -533,6 +560,8 @@ struct Tensor::Impl {
   std::shared_ptr<autograd::Node> grad_fn;
   std::uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> accumulator;  // a leaf's AccumulateGrad, made on demand
+  std::shared_ptr<autograd::HookList> hooks;  // a leaf's hooks (register_hook and friends)
+  bool retains_grad = false;                  // a non-leaf whose gradient is kept (retain_grad)
 };
 
 // The backward rules of the views, recorded by tensor/views.cpp and tensor/convert.cpp

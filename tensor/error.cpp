@@ -21,6 +21,8 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::out_of_memory: return "out_of_memory";
     case ErrorKind::sync: return "sync";
     case ErrorKind::autograd: return "autograd";
+    case ErrorKind::stream: return "stream";
+    case ErrorKind::distributed: return "distributed";
   }
   return "?";
 }

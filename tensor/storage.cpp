@@ -3,17 +3,21 @@ module;
 #include <memory>
 #include <new>
 #include <string>
+
+#include "backend/stream_check.hpp"
 module brrr.tensor;
 import brrr.backend;
 
 namespace brrr {
 
-Storage::Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned)
+Storage::Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned,
+                 stream_check::AccessLog* log)
     : impl_(std::make_shared<Impl>()) {
   impl_->data = std::move(data);
   impl_->nbytes = nbytes;
   impl_->device = device;
   impl_->pinned = pinned;
+  impl_->log = log;
 }
 
 Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
@@ -35,6 +39,8 @@ Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
   }
   throw Error(ErrorKind::device, "Storage::allocate: unknown device");
 }
+
+stream_check::AccessLog* Storage::access_log() const { return impl_ ? impl_->log : nullptr; }
 
 void* Storage::data() const { return impl_ ? impl_->data.get() : nullptr; }
 std::size_t Storage::nbytes() const { return impl_ ? impl_->nbytes : 0; }

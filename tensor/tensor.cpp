@@ -127,17 +127,22 @@ template <class T> std::vector<T> Tensor::to_host() const {
                                       ">: the tensor is " + describe(*this) + "; convert with to(DType::" +
                                       to_string(dtype_of<T>::value) + ") or call to_host<" + to_string(i.dtype) +
                                       ">");
+  // A host read sees finished data whatever the current stream: the stream that compacts
+  // and copies first waits for every stream that wrote the tensor.
+  if (device().is_cuda() && !is_contiguous())
+    backend::order_after_writers(i.storage, backend::current_stream(device().index()));
   // Contiguous on its own device first, so that exactly numel elements cross the bus.
   Tensor c = contiguous();
   std::size_t n = static_cast<std::size_t>(c.numel());
   using Elem = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
   std::vector<Elem> out(n);
   if (n) {
-    if (c.device().is_cpu())
+    if (c.device().is_cpu()) {
+      backend::wait_host_pending(c.storage(), "Tensor::to_host");
       std::memcpy(out.data(), c.data_ptr(), n * sizeof(Elem));
-    else
-      backend::copy_device_to_host(out.data(), c.data_ptr(), n * sizeof(Elem), c.device().index(),
-                                   "Tensor::to_host");
+    } else {
+      backend::copy_device_to_host(out.data(), c, n * sizeof(Elem), "Tensor::to_host");
+    }
   }
   if constexpr (std::is_same_v<T, bool>)
     return std::vector<bool>(out.begin(), out.end());
@@ -155,10 +160,13 @@ template <class T> T Tensor::item() const {
                                       ">: the tensor is " + describe(*this));
   using Elem = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
   Elem value{};
-  if (device().is_cpu())
+  if (device().is_cpu()) {
+    backend::wait_host_pending(i.storage, "Tensor::item");
     std::memcpy(&value, data_ptr(), sizeof(Elem));
-  else
-    backend::copy_device_to_host(&value, data_ptr(), sizeof(Elem), device().index(), "Tensor::item");
+  } else {
+    // Waits for the stream that computed the value, whatever the current stream.
+    backend::copy_device_to_host(&value, *this, sizeof(Elem), "Tensor::item");
+  }
   return static_cast<T>(value);
 }
 

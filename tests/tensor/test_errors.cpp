@@ -44,6 +44,7 @@ TEST_CASE("Error: a std::runtime_error with a kind; every kind has a name") {
   CHECK(std::string(to_string(ErrorKind::out_of_memory)) == "out_of_memory");
   CHECK(std::string(to_string(ErrorKind::sync)) == "sync");
   CHECK(std::string(to_string(ErrorKind::autograd)) == "autograd");
+  CHECK(std::string(to_string(ErrorKind::stream)) == "stream");
   // Thrown errors are catchable as std::exception too.
   CHECK_THROWS_AS((void)zeros({-1}), std::runtime_error);
   CHECK_THROWS_WITH_AS((void)arange(4).view({3}), "view: shape [3] is invalid for input [4] of size 4", Error);

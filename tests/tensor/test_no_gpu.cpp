@@ -121,3 +121,32 @@ TEST_CASE("CPU tensors work normally whatever the GPU situation") {
   CHECK(v[1] == w[3]);
   CHECK(v[5] == w[7]);
 }
+
+TEST_CASE("the stream check switches on and off anywhere; CPU work is unaffected by it") {
+  CHECK_FALSE(cuda::stream_check_enabled());  // off by default (BRRR_STREAM_CHECK unset)
+  std::vector<float> off, on;
+  {
+    manual_seed(5);
+    Tensor a = randn({8, 8});
+    off = sum(matmul(a, a) + 1.0, {0}).to_host<float>();
+  }
+  {
+    cuda::StreamCheckGuard check(true);
+    CHECK(cuda::stream_check_enabled());
+    {
+      cuda::StreamCheckGuard nested(false);
+      CHECK_FALSE(cuda::stream_check_enabled());
+    }
+    CHECK(cuda::stream_check_enabled());
+    manual_seed(5);
+    Tensor a = randn({8, 8});
+    std::uint64_t before = cuda::sync_count();
+    on = sum(matmul(a, a) + 1.0, {0}).to_host<float>();
+    CHECK(cuda::sync_count() == before);
+  }
+  CHECK_FALSE(cuda::stream_check_enabled());
+  CHECK(on == off);
+  cuda::set_stream_check(true);
+  cuda::set_stream_check(false);
+  CHECK_FALSE(cuda::stream_check_enabled());
+}
