@@ -25,7 +25,6 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-Device gpu() { return Device::cuda(0); }
 
 testing::CloseOptions tol(DType d) {
   switch (d) {
