@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -43,7 +44,8 @@ Tensor leaf(const Tensor& t, Device dev) { return t.detach().to(dev).clone().req
 
 // f on CPU and GPU copies of `inputs` (leaves; `undifferentiated` ones get no gradient
 // check), the same upstream gradient on both, outputs and gradients compared.
-void parity(const Fn& f, const std::vector<Tensor>& inputs, DType dtype, std::vector<bool> differentiable = {}) {
+void parity(const Fn& f, const std::vector<Tensor>& inputs, DType dtype, std::vector<bool> differentiable = {},
+            std::optional<testing::CloseOptions> grad_tol = std::nullopt) {
   std::vector<Tensor> cin, gin;
   for (const Tensor& t : inputs) {
     bool grad = is_floating_point(t.dtype());
@@ -62,7 +64,7 @@ void parity(const Fn& f, const std::vector<Tensor>& inputs, DType dtype, std::ve
     INFO("gradient of input ", i);
     REQUIRE(gin[i].grad().defined());
     CHECK(gin[i].grad().device() == gpu());
-    CHECK_NOTHROW(testing::assert_close(gin[i].grad(), cin[i].grad(), tol(dtype)));
+    CHECK_NOTHROW(testing::assert_close(gin[i].grad(), cin[i].grad(), grad_tol.value_or(tol(dtype))));
   }
 }
 
@@ -186,8 +188,14 @@ TEST_CASE("conv_transpose2d and conv1d parity: forward and backward (f32, f64)")
       if (c.bias) in.push_back(cpu_randn({c.w[1] * c.o.groups}, dt));
       auto o = c.o;
       bool bias = c.bias;
+      // Each gradient element of the large case sums K = 512 (input) to 4096 (weight) f32
+      // products, in cuBLAS's order on the GPU and the CPU GEMM's on the host: where the sum
+      // nearly cancels, the two differ by ~ K * eps * max|product| (measured on the H200:
+      // 2.1e-5 at an element of 0.042), above the default f32 atol of 1e-5.
+      std::optional<testing::CloseOptions> grad_tol;
+      if (dt == DType::f32 && c.x[0] * c.x[1] > 256) grad_tol = testing::CloseOptions{.rtol = 1e-4, .atol = 1e-4};
       parity([o, bias](const std::vector<Tensor>& t) { return conv_transpose2d(t[0], t[1], bias ? t[2] : Tensor(), o); },
-             in, dt);
+             in, dt, {}, grad_tol);
     }
   for (DType dt : {DType::f32, DType::f64})
     parity([](const std::vector<Tensor>& t) { return conv1d(t[0], t[1], t[2], {.stride = 2, .padding = 1}); },
