@@ -284,6 +284,9 @@ void kaiming_normal_(const Tensor& t, double a = 0, const std::string& mode = "f
 /// U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's defaults).
 class Linear : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Linear layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Linear(Null) {}
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
   Tensor weight() const;
   Tensor bias() const;  ///< undefined when bias = false
@@ -293,6 +296,9 @@ public:
 /// [O, C/groups, kh, kw] and bias initialised like PyTorch's Conv2d.
 class Conv2d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Conv2d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Conv2d(Null) {}
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<std::int64_t, 2> kernel_size,
          Conv2dOptions options = {}, bool bias = true);
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv2dOptions options = {},
@@ -306,6 +312,9 @@ public:
 /// and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = Cout/groups * kh * kw (PyTorch's).
 class ConvTranspose2d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::ConvTranspose2d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> ConvTranspose2d(Null) {}
   ConvTranspose2d(std::int64_t in_channels, std::int64_t out_channels, std::array<std::int64_t, 2> kernel_size,
                   ConvTranspose2dOptions options = {}, bool bias = true);
   ConvTranspose2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
@@ -317,6 +326,9 @@ public:
 /// initialised like Conv2d's.
 class Conv1d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Conv1d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Conv1d(Null) {}
   Conv1d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv1dOptions options = {},
          bool bias = true);
   Tensor weight() const;
@@ -326,6 +338,9 @@ public:
 /// brrr::max_pool2d with fixed options.
 class MaxPool2d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::MaxPool2d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> MaxPool2d(Null) {}
   explicit MaxPool2d(Pool2dOptions options);
   explicit MaxPool2d(std::int64_t kernel_size);
 };
@@ -333,89 +348,149 @@ public:
 /// Flattens dims start..end (default: all but the batch dim).
 class Flatten : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Flatten layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Flatten(Null) {}
   explicit Flatten(std::int64_t start_dim = 1, std::int64_t end_dim = -1);
 };
 
 class ReLU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::ReLU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> ReLU(Null) {}
   ReLU();
 };
 class GELU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::GELU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> GELU(Null) {}
   /// approximate: "none" (erf) or "tanh".
   explicit GELU(std::string approximate = "none");
 };
 class Tanh : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Tanh layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Tanh(Null) {}
   Tanh();
 };
 class Sigmoid : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Sigmoid layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Sigmoid(Null) {}
   Sigmoid();
 };
 
 /// The activations of brrr.ops as modules (nn/activations.cpp), with PyTorch's defaults.
 class LeakyReLU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::LeakyReLU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> LeakyReLU(Null) {}
   explicit LeakyReLU(double negative_slope = 0.01);
 };
 class ELU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::ELU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> ELU(Null) {}
   explicit ELU(double alpha = 1.0);
 };
 class SELU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::SELU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> SELU(Null) {}
   SELU();
 };
 class CELU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::CELU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> CELU(Null) {}
   explicit CELU(double alpha = 1.0);  ///< alpha == 0: Error(value)
 };
 class Softplus : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Softplus layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Softplus(Null) {}
   explicit Softplus(double beta = 1.0, double threshold = 20.0);  ///< beta == 0: Error(value)
 };
 class Hardtanh : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Hardtanh layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Hardtanh(Null) {}
   explicit Hardtanh(double min_val = -1.0, double max_val = 1.0);  ///< min_val > max_val: Error(value)
 };
 class ReLU6 : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::ReLU6 layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> ReLU6(Null) {}
   ReLU6();
 };
 class Hardswish : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Hardswish layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Hardswish(Null) {}
   Hardswish();
 };
 class Hardsigmoid : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Hardsigmoid layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Hardsigmoid(Null) {}
   Hardsigmoid();
 };
 class Mish : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Mish layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Mish(Null) {}
   Mish();
 };
 class LogSigmoid : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::LogSigmoid layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> LogSigmoid(Null) {}
   LogSigmoid();
 };
 class Softsign : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Softsign layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Softsign(Null) {}
   Softsign();
 };
 class GLU : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::GLU layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> GLU(Null) {}
   explicit GLU(std::int64_t dim = -1);
 };
 /// brrr::dropout2d with probability p in training mode; identity in eval mode.
 class Dropout2d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Dropout2d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Dropout2d(Null) {}
   explicit Dropout2d(double p = 0.5);  ///< p outside [0, 1]: Error(value)
 };
 
 /// Dropout with probability p in training mode; identity in eval mode.
 class Dropout : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Dropout layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Dropout(Null) {}
   explicit Dropout(double p = 0.5);
 };
 
@@ -423,6 +498,9 @@ public:
 /// (zeros) when elementwise_affine.
 class LayerNorm : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::LayerNorm layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> LayerNorm(Null) {}
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   Tensor weight() const;
   Tensor bias() const;
@@ -446,6 +524,9 @@ struct NormOptions {
 /// and a channel count other than num_features are Error(shape).
 class BatchNorm1d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::BatchNorm1d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> BatchNorm1d(Null) {}
   explicit BatchNorm1d(std::int64_t num_features, NormOptions options = {});
   Tensor weight() const;
   Tensor bias() const;
@@ -455,6 +536,9 @@ public:
 };
 class BatchNorm2d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::BatchNorm2d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> BatchNorm2d(Null) {}
   explicit BatchNorm2d(std::int64_t num_features, NormOptions options = {});
   Tensor weight() const;
   Tensor bias() const;
@@ -468,11 +552,17 @@ public:
 /// [N, C, H, W] (or [C, H, W]).
 class InstanceNorm1d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::InstanceNorm1d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> InstanceNorm1d(Null) {}
   explicit InstanceNorm1d(std::int64_t num_features,
                           NormOptions options = {.affine = false, .track_running_stats = false});
 };
 class InstanceNorm2d : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::InstanceNorm2d layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> InstanceNorm2d(Null) {}
   explicit InstanceNorm2d(std::int64_t num_features,
                           NormOptions options = {.affine = false, .track_running_stats = false});
 };
@@ -480,6 +570,9 @@ public:
 /// when affine. num_channels not divisible by num_groups: Error(value).
 class GroupNorm : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::GroupNorm layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> GroupNorm(Null) {}
   GroupNorm(std::int64_t num_groups, std::int64_t num_channels, double eps = 1e-5, bool affine = true);
   Tensor weight() const;
   Tensor bias() const;
@@ -488,6 +581,9 @@ public:
 /// (ones) when elementwise_affine.
 class RMSNorm : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::RMSNorm layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> RMSNorm(Null) {}
   explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true);
   Tensor weight() const;
 };
@@ -495,6 +591,9 @@ public:
 /// A lookup table [num_embeddings, embedding_dim] ~ N(0, 1) (row padding_idx zeroed).
 class Embedding : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Embedding layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Embedding(Null) {}
   Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim,
             std::optional<std::int64_t> padding_idx = std::nullopt);
   Tensor weight() const;
@@ -508,12 +607,18 @@ public:
 /// input that is not [B, T, embed_dim].
 class CausalSelfAttention : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::CausalSelfAttention layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> CausalSelfAttention(Null) {}
   CausalSelfAttention(std::int64_t embed_dim, std::int64_t num_heads, double dropout = 0.0, bool bias = true);
 };
 
 /// Applies its modules in order.
 class Sequential : public Module {
 public:
+  /// An empty handle, assigned later (LibTorch's `nn::Sequential layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Sequential(Null) {}
   Sequential();
   Sequential(std::initializer_list<Module> modules);
   /// Appends a module (named by its index). Returns *this.
@@ -539,4 +644,7 @@ void load(const Module& module, const std::string& path);
 namespace brrr::nn::detail {
 /// A parameterless module computing fn, printed as `name` (nn/layers.cpp).
 std::shared_ptr<ModuleImpl> function_module(std::function<Tensor(const Tensor&)> fn, std::string name);
+/// The module's own parameter (or buffer) `name`, undefined when it has none by that name;
+/// Error(value) for an empty handle (nn/layers.cpp). The accessors weight(), bias(), ...
+Tensor own_tensor(const std::shared_ptr<ModuleImpl>& impl, const std::string& name, bool buffer = false);
 }  // namespace brrr::nn::detail

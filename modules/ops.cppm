@@ -457,6 +457,24 @@ template <std::size_t N> struct ExpandingArray {
   friend bool operator==(const ExpandingArray& a, const ExpandingArray& b) { return a.values == b.values; }
 };
 
+/// An ExpandingArray that may be left unset (a pool's stride defaults to its kernel size):
+/// `{.stride = 1}`, `{.stride = {1, 2}}`, or nothing. std::optional<ExpandingArray<N>> would
+/// refuse the braced pair, which LibTorch users write.
+template <std::size_t N> struct OptionalExpandingArray {
+  std::optional<ExpandingArray<N>> value_;
+  OptionalExpandingArray() = default;
+  OptionalExpandingArray(std::nullopt_t) {}
+  OptionalExpandingArray(std::int64_t value) : value_(value) {}
+  OptionalExpandingArray(std::array<std::int64_t, N> v) : value_(v) {}
+  OptionalExpandingArray(std::initializer_list<std::int64_t> list) : value_(ExpandingArray<N>(list)) {}
+  OptionalExpandingArray(ExpandingArray<N> v) : value_(v) {}
+  bool has_value() const { return value_.has_value(); }
+  explicit operator bool() const { return has_value(); }
+  /// The sizes; std::bad_optional_access when unset.
+  const ExpandingArray<N>& value() const { return value_.value(); }
+  ExpandingArray<N> value_or(ExpandingArray<N> fallback) const { return value_.value_or(fallback); }
+};
+
 /// Options of conv2d.
 struct Conv2dOptions {
   ExpandingArray<2> stride{1, 1};
@@ -512,8 +530,8 @@ struct Conv1dOptions {
 /// Options of the 2-D pools.
 struct Pool2dOptions {
   ExpandingArray<2> kernel_size{2, 2};
-  /// Default (nullopt): the kernel size.
-  std::optional<ExpandingArray<2>> stride;
+  /// Default (unset): the kernel size.
+  OptionalExpandingArray<2> stride;
   ExpandingArray<2> padding{0, 0};
   ExpandingArray<2> dilation{1, 1};  ///< max_pool2d only
   /// Output size rounds up, but the last window must start inside the input or the left

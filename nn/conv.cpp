@@ -18,12 +18,6 @@ std::string pair_str(const std::array<std::int64_t, 2>& a) {
   return "(" + std::to_string(a[0]) + ", " + std::to_string(a[1]) + ")";
 }
 
-Tensor own(const std::shared_ptr<ModuleImpl>& impl, const std::string& name) {
-  for (const auto& [n, t] : impl->own_parameters())
-    if (n == name) return t;
-  return {};
-}
-
 // weight of `shape` ~ kaiming_uniform(a = sqrt 5) and bias [out] ~ U(+-1/sqrt(fan_in)).
 void register_conv_parameters(ModuleImpl& m, const Shape& shape, std::int64_t out, bool bias) {
   Tensor& weight = m.register_parameter("weight", empty(shape));
@@ -109,14 +103,14 @@ ConvTranspose2d::ConvTranspose2d(std::int64_t in_channels, std::int64_t out_chan
 ConvTranspose2d::ConvTranspose2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
                                  ConvTranspose2dOptions options, bool bias)
     : ConvTranspose2d(in_channels, out_channels, std::array<std::int64_t, 2>{kernel_size, kernel_size}, options, bias) {}
-Tensor ConvTranspose2d::weight() const { return own(impl_, "weight"); }
-Tensor ConvTranspose2d::bias() const { return own(impl_, "bias"); }
+Tensor ConvTranspose2d::weight() const { return detail::own_tensor(impl_, "weight"); }
+Tensor ConvTranspose2d::bias() const { return detail::own_tensor(impl_, "bias"); }
 
 Conv1d::Conv1d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv1dOptions options,
                bool bias) {
   impl_ = std::make_shared<Conv1dImpl>(in_channels, out_channels, kernel_size, options, bias);
 }
-Tensor Conv1d::weight() const { return own(impl_, "weight"); }
-Tensor Conv1d::bias() const { return own(impl_, "bias"); }
+Tensor Conv1d::weight() const { return detail::own_tensor(impl_, "weight"); }
+Tensor Conv1d::bias() const { return detail::own_tensor(impl_, "bias"); }
 
 }  // namespace brrr::nn

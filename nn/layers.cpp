@@ -29,11 +29,6 @@ std::string pair_str(const std::array<std::int64_t, 2>& a) {
 }
 
 // A registered parameter by name, or an undefined tensor.
-Tensor own_parameter(const std::shared_ptr<ModuleImpl>& impl, const std::string& name) {
-  for (const auto& [n, t] : impl->own_parameters())
-    if (n == name) return t;
-  return {};
-}
 
 // Layers read their parameters from the registered list at each forward (not from copies),
 // so whatever sits there — a tied weight put in place through own_parameters() — is used.
@@ -267,8 +262,8 @@ std::shared_ptr<ModuleImpl> detail::function_module(std::function<Tensor(const T
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias) {
   impl_ = std::make_shared<LinearImpl>(in_features, out_features, bias);
 }
-Tensor Linear::weight() const { return own_parameter(impl_, "weight"); }
-Tensor Linear::bias() const { return own_parameter(impl_, "bias"); }
+Tensor Linear::weight() const { return detail::own_tensor(impl_, "weight"); }
+Tensor Linear::bias() const { return detail::own_tensor(impl_, "bias"); }
 
 Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<std::int64_t, 2> kernel_size,
                Conv2dOptions options, bool bias) {
@@ -277,8 +272,8 @@ Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<s
 Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv2dOptions options,
                bool bias)
     : Conv2d(in_channels, out_channels, std::array<std::int64_t, 2>{kernel_size, kernel_size}, options, bias) {}
-Tensor Conv2d::weight() const { return own_parameter(impl_, "weight"); }
-Tensor Conv2d::bias() const { return own_parameter(impl_, "bias"); }
+Tensor Conv2d::weight() const { return detail::own_tensor(impl_, "weight"); }
+Tensor Conv2d::bias() const { return detail::own_tensor(impl_, "bias"); }
 
 MaxPool2d::MaxPool2d(Pool2dOptions options) { impl_ = std::make_shared<MaxPool2dImpl>(options); }
 MaxPool2d::MaxPool2d(std::int64_t kernel_size)
@@ -309,13 +304,13 @@ Dropout::Dropout(double p) { impl_ = std::make_shared<DropoutImpl>(p); }
 LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine) {
   impl_ = std::make_shared<LayerNormImpl>(std::move(normalized_shape), eps, elementwise_affine);
 }
-Tensor LayerNorm::weight() const { return own_parameter(impl_, "weight"); }
-Tensor LayerNorm::bias() const { return own_parameter(impl_, "bias"); }
+Tensor LayerNorm::weight() const { return detail::own_tensor(impl_, "weight"); }
+Tensor LayerNorm::bias() const { return detail::own_tensor(impl_, "bias"); }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, std::optional<std::int64_t> padding_idx) {
   impl_ = std::make_shared<EmbeddingImpl>(num_embeddings, embedding_dim, padding_idx);
 }
-Tensor Embedding::weight() const { return own_parameter(impl_, "weight"); }
+Tensor Embedding::weight() const { return detail::own_tensor(impl_, "weight"); }
 
 Sequential::Sequential() { impl_ = std::make_shared<SequentialImpl>(); }
 Sequential::Sequential(std::initializer_list<Module> modules) : Sequential() {
@@ -342,3 +337,14 @@ Lambda::Lambda(std::function<Tensor(const Tensor&)> fn, std::string name) {
 }
 
 }  // namespace brrr::nn
+
+namespace brrr::nn::detail {
+
+Tensor own_tensor(const std::shared_ptr<ModuleImpl>& impl, const std::string& name, bool buffer) {
+  if (!impl) throw Error(ErrorKind::value, "nn: " + name + "() of an empty module handle (made from nullptr?)");
+  for (const auto& [n, t] : buffer ? impl->own_buffers() : impl->own_parameters())
+    if (n == name) return t;
+  return {};
+}
+
+}  // namespace brrr::nn::detail

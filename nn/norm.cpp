@@ -172,29 +172,25 @@ private:
   bool affine_;
 };
 
-Tensor own(const std::shared_ptr<ModuleImpl>& impl, const char* name, bool buffer) {
-  return named(buffer ? impl->own_buffers() : impl->own_parameters(), name);
-}
-
 }  // namespace
 
 BatchNorm1d::BatchNorm1d(std::int64_t num_features, NormOptions options) {
   impl_ = std::make_shared<BatchNormImpl>("BatchNorm1d", num_features, options, std::vector<std::int64_t>{2, 3});
 }
-Tensor BatchNorm1d::weight() const { return own(impl_, "weight", false); }
-Tensor BatchNorm1d::bias() const { return own(impl_, "bias", false); }
-Tensor BatchNorm1d::running_mean() const { return own(impl_, "running_mean", true); }
-Tensor BatchNorm1d::running_var() const { return own(impl_, "running_var", true); }
-Tensor BatchNorm1d::num_batches_tracked() const { return own(impl_, "num_batches_tracked", true); }
+Tensor BatchNorm1d::weight() const { return detail::own_tensor(impl_, "weight", false); }
+Tensor BatchNorm1d::bias() const { return detail::own_tensor(impl_, "bias", false); }
+Tensor BatchNorm1d::running_mean() const { return detail::own_tensor(impl_, "running_mean", true); }
+Tensor BatchNorm1d::running_var() const { return detail::own_tensor(impl_, "running_var", true); }
+Tensor BatchNorm1d::num_batches_tracked() const { return detail::own_tensor(impl_, "num_batches_tracked", true); }
 
 BatchNorm2d::BatchNorm2d(std::int64_t num_features, NormOptions options) {
   impl_ = std::make_shared<BatchNormImpl>("BatchNorm2d", num_features, options, std::vector<std::int64_t>{4});
 }
-Tensor BatchNorm2d::weight() const { return own(impl_, "weight", false); }
-Tensor BatchNorm2d::bias() const { return own(impl_, "bias", false); }
-Tensor BatchNorm2d::running_mean() const { return own(impl_, "running_mean", true); }
-Tensor BatchNorm2d::running_var() const { return own(impl_, "running_var", true); }
-Tensor BatchNorm2d::num_batches_tracked() const { return own(impl_, "num_batches_tracked", true); }
+Tensor BatchNorm2d::weight() const { return detail::own_tensor(impl_, "weight", false); }
+Tensor BatchNorm2d::bias() const { return detail::own_tensor(impl_, "bias", false); }
+Tensor BatchNorm2d::running_mean() const { return detail::own_tensor(impl_, "running_mean", true); }
+Tensor BatchNorm2d::running_var() const { return detail::own_tensor(impl_, "running_var", true); }
+Tensor BatchNorm2d::num_batches_tracked() const { return detail::own_tensor(impl_, "num_batches_tracked", true); }
 
 InstanceNorm1d::InstanceNorm1d(std::int64_t num_features, NormOptions options) {
   impl_ = std::make_shared<InstanceNormImpl>("InstanceNorm1d", num_features, options, 3);
@@ -206,12 +202,12 @@ InstanceNorm2d::InstanceNorm2d(std::int64_t num_features, NormOptions options) {
 GroupNorm::GroupNorm(std::int64_t num_groups, std::int64_t num_channels, double eps, bool affine) {
   impl_ = std::make_shared<GroupNormImpl>(num_groups, num_channels, eps, affine);
 }
-Tensor GroupNorm::weight() const { return own(impl_, "weight", false); }
-Tensor GroupNorm::bias() const { return own(impl_, "bias", false); }
+Tensor GroupNorm::weight() const { return detail::own_tensor(impl_, "weight", false); }
+Tensor GroupNorm::bias() const { return detail::own_tensor(impl_, "bias", false); }
 
 RMSNorm::RMSNorm(Shape normalized_shape, std::optional<double> eps, bool elementwise_affine) {
   impl_ = std::make_shared<RMSNormImpl>(std::move(normalized_shape), eps, elementwise_affine);
 }
-Tensor RMSNorm::weight() const { return own(impl_, "weight", false); }
+Tensor RMSNorm::weight() const { return detail::own_tensor(impl_, "weight", false); }
 
 }  // namespace brrr::nn

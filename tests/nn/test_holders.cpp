@@ -49,6 +49,24 @@ struct WrapperImpl : nn::ModuleImpl {
 };
 using Wrapper = nn::ModuleHolder<WrapperImpl>;
 
+// LibTorch's idiom: built-in layers declared empty ({nullptr}), assigned in the constructor.
+struct CnnImpl : nn::ModuleImpl {
+  CnnImpl() {
+    conv = register_module("conv", nn::Conv2d(1, 2, 3));
+    norm = register_module("norm", nn::BatchNorm2d(2));
+    fc = register_module("fc", nn::Linear(2 * 4 * 4, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu(norm(conv(x)));
+    return fc(h.reshape({h.size(0), -1}));
+  }
+  nn::Conv2d conv{nullptr};
+  nn::BatchNorm2d norm{nullptr};
+  nn::Linear fc{nullptr};
+  nn::Dropout unused{nullptr};
+};
+BRRR_MODULE(Cnn);
+
 }  // namespace
 
 TEST_CASE("a user module through its holder: members, forwards, name, traversal") {
@@ -83,6 +101,25 @@ TEST_CASE("a user module through its holder: members, forwards, name, traversal"
   CHECK(empty.is_empty());
   CHECK_BRRR_ERROR(empty->fc1, ErrorKind::value, "empty");
   CHECK_BRRR_ERROR(empty(x), ErrorKind::value, "empty");
+}
+
+TEST_CASE("built-in layers as empty handles ({nullptr}) assigned later") {
+  FRESH_SEED();
+  Cnn net;
+  Tensor x = randn({2, 1, 6, 6});
+  CHECK(net(x).shape() == Shape{2, 3});
+  CHECK(net->conv.weight().shape() == Shape{2, 1, 3, 3});
+  CHECK(net->fc.weight().shape() == Shape{3, 32});
+  CHECK(net.state_dict().count("norm.running_mean") == 1);
+  CHECK(net.parameters().size() == 6);
+  // An empty one refuses use with an Error, never a crash.
+  nn::Linear empty{nullptr};
+  CHECK(!empty.defined());
+  CHECK_BRRR_ERROR(empty(x), ErrorKind::value, "empty");
+  CHECK_BRRR_ERROR(empty.weight(), ErrorKind::value, "empty module handle");
+  CHECK_BRRR_ERROR(net->unused(x), ErrorKind::value, "empty");
+  CHECK_BRRR_ERROR(nn::BatchNorm1d(nullptr).running_var(), ErrorKind::value, "empty module handle");
+  CHECK_BRRR_ERROR(nn::Sequential(nullptr).push_back(nn::ReLU()), ErrorKind::value, "empty");
 }
 
 TEST_CASE("zero_grad and apply") {

@@ -44,6 +44,11 @@ TEST_CASE("an int where a 2-D size is taken") {
   CHECK(values(avg_pool2d(x, 2)) == values(avg_pool2d(x, {.kernel_size = {2, 2}, .stride = 2})));
   CHECK(values(max_pool2d(x, {.kernel_size = 3, .stride = 1, .padding = 1})) ==
         values(max_pool2d(x, {.kernel_size = {3, 3}, .stride = std::array<std::int64_t, 2>{1, 1}, .padding = {1, 1}})));
+  // The braced pair LibTorch users write for an optional stride, and a non-square one.
+  CHECK(values(max_pool2d(x, {.kernel_size = 3, .stride = {1, 1}, .padding = 1})) ==
+        values(max_pool2d(x, {.kernel_size = 3, .stride = 1, .padding = 1})));
+  CHECK(max_pool2d(x, {.kernel_size = 2, .stride = {1, 2}}).shape() == Shape{2, 3, 5, 3});
+  CHECK_BRRR_ERROR(max_pool2d(x, {.kernel_size = 2, .stride = {1, 2, 3}}), ErrorKind::value, "expected 2 values, got 3");
   Tensor w = randn({4, 3, 3, 3});
   Tensor a = conv2d(x, w, {}, {.stride = 2, .padding = 1});
   Tensor b = conv2d(x, w, {}, {.stride = {2, 2}, .padding = {1, 1}});
