@@ -132,13 +132,18 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", cfg.log_every, "steps between progress updates (each reads the loss: one sync)")
       ->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_flag("--graph", cfg.graph,
-               "capture the training step once as a CUDA graph and replay it for every batch (CUDA only)");
+               "capture the training step once as a CUDA graph and replay it for every batch (CUDA only: "
+               "exits 77 without a CUDA device)");
   app.add_flag("--stream-check", cfg.stream_check,
                "run under cuda::set_stream_check(true): any unordered cross-stream access is an error "
                "(a test mode: exits 77 without a CUDA device)");
   CLI11_PARSE(app, argc, argv);
   if (cfg.stream_check && !cuda::is_available()) {
     std::printf("--stream-check: no CUDA device, skipped\n");
+    return 77;
+  }
+  if (cfg.graph && !cuda::is_available()) {
+    std::printf("--graph: no CUDA device, skipped\n");
     return 77;
   }
   if (cfg.stream_check) cuda::set_stream_check(true);
