@@ -171,21 +171,7 @@ public:
       (block->pool == 0 ? pools_[capture_pool_].held : capture_deferred_).push_back(block);
       return;
     }
-    if (!block->other_streams.empty()) {
-      DeviceGuard g(device_);
-      for (cudaStream_t s : block->other_streams) {
-        cudaEvent_t e = take_event();
-        if (cudaEventRecord(e, s) != cudaSuccess) {  // cannot throw from a destructor path
-          cudaGetLastError();
-          continue;
-        }
-        ++block->pending_events;
-        pending_.emplace_back(e, block);
-      }
-      block->other_streams.clear();
-      if (block->pending_events > 0) return;
-    }
-    release(block);
+    release_after_other_streams(block);
   }
 
   void record_stream(void* ptr, cudaStream_t stream) {
@@ -248,10 +234,7 @@ public:
     capture_id_ = 0;
     std::vector<Block*> deferred;
     deferred.swap(capture_deferred_);
-    for (Block* b : deferred) {
-      b->other_streams.clear();  // replays of one pool never overlap: reuse inside it is safe
-      release(b);
-    }
+    for (Block* b : deferred) release_after_other_streams(b);  // the events are not captured now
   }
 
   // A graph of pool `id` was launched on `stream`: the pool's memory is in use there.
@@ -274,8 +257,8 @@ public:
     for (auto& [base, first] : segments_) {
       if (first->pool != id) continue;
       for (Block* b = first; b; b = b->next) {
-        if (!b->allocated && b->pending_events == 0) {
-          (b->small ? small_pool_ : large_pool_).erase(b);
+        if (!b->allocated) {  // free, or waiting for events already: both wait for the replays too
+          if (b->pending_events == 0) (b->small ? small_pool_ : large_pool_).erase(b);
           freed.push_back(b);
         }
         b->pool = 0;
@@ -290,7 +273,9 @@ public:
     // this loop still walks the list; process_events() returns them later.
     for (Block* b : freed) {
       std::vector<cudaStream_t> streams = pp.replay_streams;
-      if (std::find(streams.begin(), streams.end(), b->stream) == streams.end()) streams.push_back(b->stream);
+      streams.insert(streams.end(), b->other_streams.begin(), b->other_streams.end());
+      b->other_streams.clear();
+      streams.push_back(b->stream);
       for (cudaStream_t s : streams) {
         cudaEvent_t e = take_event();
         if (cudaEventRecord(e, s) != cudaSuccess) {  // called from a destructor: cannot throw
@@ -307,6 +292,26 @@ public:
   }
 
 private:
+  // Returns a freed block to its pool: at once, or once the work enqueued so far on the other
+  // streams record_stream named has completed (an event on each).
+  void release_after_other_streams(Block* block) {
+    if (!block->other_streams.empty()) {
+      DeviceGuard g(device_);
+      for (cudaStream_t s : block->other_streams) {
+        cudaEvent_t e = take_event();
+        if (cudaEventRecord(e, s) != cudaSuccess) {  // cannot throw from a destructor path
+          cudaGetLastError();
+          continue;
+        }
+        ++block->pending_events;
+        pending_.emplace_back(e, block);
+      }
+      block->other_streams.clear();
+      if (block->pending_events > 0) return;
+    }
+    release(block);
+  }
+
   struct PrivatePool {
     std::vector<Block*> held;                 // ordinary blocks freed during its captures
     std::vector<cudaStream_t> replay_streams;  // where its graphs were launched
