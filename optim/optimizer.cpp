@@ -133,8 +133,16 @@ bool enqueue(std::map<GroupKey, Group>& groups, const char* op,
     scalars.state3.clear();
     scalars.numels.clear();
     scalars.device_coeffs = nullptr;
-    backend::capture_add_replay_hook(dev, [scalars, dst, refresh](const backend::StreamState& stream) mutable {
-      refresh(scalars);
+    // Rewritten only when they changed (an SGD step at a constant lr costs no launch).
+    backend::capture_add_replay_hook(dev, [scalars, dst, refresh, written = false](
+                                              const backend::StreamState& stream) mutable {
+      backend::OptimizerStep next = scalars;
+      refresh(next);
+      if (written && next.lr == scalars.lr && next.bias_correction1 == scalars.bias_correction1 &&
+          next.bias_correction2 == scalars.bias_correction2 && next.first_step == scalars.first_step)
+        return;
+      scalars = next;
+      written = true;
       backend::optimizer_write_coeffs(scalars, dst, stream);
     });
     backend::backend_for(grp.device).optimizer_step(grp.step);
