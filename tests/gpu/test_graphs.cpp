@@ -11,9 +11,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/gpu/gpu_helpers.hpp"
