@@ -116,6 +116,10 @@ struct OptimizerStep {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;      ///< Adam/AdamW
   double bias_correction1 = 1, bias_correction2 = 1;  ///< 1 - beta^t
   bool amsgrad = false, maximize = false;
+  /// CUDA only: when set, the kernel reads the derived hyperparameters from this device
+  /// memory (written by optimizer_write_coeffs) instead of the numbers above: a captured step
+  /// whose learning rate and bias corrections change between replays.
+  const void* device_coeffs = nullptr;
 };
 
 /// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],

@@ -6,7 +6,16 @@
 //   with no CUDA call and no event, because S runs in order;
 // - record_stream() adds streams that also use a block: at release an event is recorded on
 //   each, and the block returns to the pool only once they have all completed;
-// - on cudaMalloc failure: free every cached unused segment, retry once, then throw.
+// - on cudaMalloc failure: free every cached unused segment, retry once, then throw;
+// - private pools for CUDA graph captures (PyTorch's graph pools, our own code): while a
+//   capture is underway on the device, an allocation on a capturing stream comes from the
+//   capture's pool (id > 0), whose segments hold nothing else: first wholly free cached
+//   segments taken over from the ordinary pool (no CUDA call), else cudaMalloc with the
+//   thread's capture mode relaxed for that one call (cudaMalloc is not stream-ordered, so it
+//   is harmless to the graph, but "potentially unsafe" to strict capture modes). A block of
+//   the ordinary pool freed during a capture may be read by the graph's replays: the pool
+//   holds it until it is released. Event processing (cudaEventQuery) waits until no capture
+//   is underway, as querying an event captured into a graph is illegal.
 // The hot path (a cached block handed out and returned) makes no CUDA call and no heap
 // allocation: Block objects and the free-list tree's nodes are recycled under the
 // allocator's mutex, and a Storage's deleter holds its Block, so freeing needs no lookup.
@@ -46,6 +55,7 @@ struct Block {
   std::size_t size;
   char* ptr;
   bool small;
+  std::uint64_t pool = 0;  // 0: the ordinary pool; else a private pool (all blocks of a segment share it)
   bool allocated = false;
   int pending_events = 0;
   Block* prev = nullptr;  // neighbours inside the same segment
@@ -54,8 +64,9 @@ struct Block {
   stream_check::AccessLog log;              // the Storage's stream record (reset per allocation)
 };
 
-// What free blocks are ordered by: (stream, size, address).
+// What free blocks are ordered by: (pool, stream, size, address).
 struct BlockKey {
+  std::uint64_t pool;
   cudaStream_t stream;
   std::size_t size;
   char* ptr;
@@ -99,10 +110,11 @@ template <class T> struct PoolAllocator {
 
 struct BlockOrder {
   using is_transparent = void;  // lower_bound by a BlockKey, without making a Block
-  static BlockKey key(const Block* b) { return {b->stream, b->size, b->ptr}; }
+  static BlockKey key(const Block* b) { return {b->pool, b->stream, b->size, b->ptr}; }
   static const BlockKey& key(const BlockKey& k) { return k; }
   template <class A, class B> bool operator()(const A& a, const B& b) const {
     BlockKey x = key(a), y = key(b);
+    if (x.pool != y.pool) return x.pool < y.pool;
     if (x.stream != y.stream) return x.stream < y.stream;
     if (x.size != y.size) return x.size < y.size;
     return x.ptr < y.ptr;
@@ -129,9 +141,15 @@ public:
     std::size_t size = std::max(min_block, (nbytes + min_block - 1) / min_block * min_block);
     bool small = size <= small_size;
     auto& pool = small ? small_pool_ : large_pool_;
-    process_events();
-    Block* block = find_free(pool, stream, size);
-    if (!block) block = new_segment(size, small, stream, nbytes);
+    std::uint64_t pool_id = 0;
+    if (capture_pool_ != 0) {
+      pool_id = capturing_pool(stream);
+    } else {
+      process_events();
+    }
+    Block* block = find_free(pool, pool_id, stream, size);
+    if (!block && pool_id != 0) block = take_cached_segment(pool, pool_id, stream, size);
+    if (!block) block = new_segment(size, small, stream, nbytes, pool_id);
     block = split(block, size, pool);
     block->allocated = true;
     block->log.reset();
@@ -146,6 +164,137 @@ public:
     std::lock_guard lock(mutex_);
     block->allocated = false;
     stats_.allocated_bytes -= block->size;
+    if (capture_pool_ != 0 && (block->pool == 0 || !block->other_streams.empty())) {
+      // During a capture: an ordinary block may be read by the graph (held until the capture's
+      // pool is released); a block of other streams waits for the capture to end (recording
+      // its events now would capture them).
+      (block->pool == 0 ? pools_[capture_pool_].held : capture_deferred_).push_back(block);
+      return;
+    }
+    release_after_other_streams(block);
+  }
+
+  void record_stream(void* ptr, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    Block* b = find_allocated(static_cast<char*>(ptr));
+    if (!b)
+      throw Error(ErrorKind::value, "record_stream: the tensor's memory does not come from brrr's CUDA allocator");
+    if (stream == b->stream) return;
+    if (std::find(b->other_streams.begin(), b->other_streams.end(), stream) == b->other_streams.end())
+      b->other_streams.push_back(stream);
+  }
+
+  std::size_t empty_cache() {
+    std::lock_guard lock(mutex_);
+    if (capture_pool_ != 0) return 0;  // cudaFree would break the capture (note_sync refused already)
+    process_events();
+    return release_cached();
+  }
+
+  bool has_cached_segments() {
+    std::lock_guard lock(mutex_);
+    for (auto* pool : {&small_pool_, &large_pool_})
+      for (Block* b : *pool)
+        if (!b->prev && !b->next && b->pool == 0) return true;
+    return false;
+  }
+
+  MemoryStats stats() {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+  void reset_peak() {
+    std::lock_guard lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  }
+
+  // --- private pools of CUDA graph captures ---
+
+  std::uint64_t create_pool() {
+    std::lock_guard lock(mutex_);
+    std::uint64_t id = next_pool_++;
+    pools_[id];
+    return id;
+  }
+
+  // A capture on `stream` (its CUDA capture id `capture_id`) starts using pool `id`.
+  void begin_capture(std::uint64_t id, unsigned long long capture_id) {
+    std::lock_guard lock(mutex_);
+    if (capture_pool_ != 0)
+      throw Error(ErrorKind::stream, "CUDA graph capture: cuda:" + std::to_string(device_) +
+                                         " already has a capture underway (one capture per device at a time)");
+    capture_pool_ = id;
+    capture_id_ = capture_id;
+  }
+
+  void end_capture() {
+    std::lock_guard lock(mutex_);
+    capture_pool_ = 0;
+    capture_id_ = 0;
+    std::vector<Block*> deferred;
+    deferred.swap(capture_deferred_);
+    for (Block* b : deferred) release_after_other_streams(b);  // the events are not captured now
+  }
+
+  // A graph of pool `id` was launched on `stream`: the pool's memory is in use there.
+  void note_replay(std::uint64_t id, cudaStream_t stream) {
+    std::lock_guard lock(mutex_);
+    auto& streams = pools_[id].replay_streams;
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  }
+
+  // The last handle of pool `id` dropped: its segments (and the ordinary blocks it held)
+  // return to the ordinary pool once the work its replays enqueued has completed.
+  void release_pool(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    auto it = pools_.find(id);
+    if (it == pools_.end()) return;
+    PrivatePool pp = std::move(it->second);
+    pools_.erase(it);
+    DeviceGuard g(device_);
+    std::vector<Block*> freed;
+    for (auto& [base, first] : segments_) {
+      if (first->pool != id) continue;
+      for (Block* b = first; b; b = b->next) {
+        if (!b->allocated) {  // free, or waiting for events already: both wait for the replays too
+          if (b->pending_events == 0) (b->small ? small_pool_ : large_pool_).erase(b);
+          freed.push_back(b);
+        }
+        b->pool = 0;
+        if (b->allocated)  // still held by a tensor: freed later, after the replays
+          for (cudaStream_t s : pp.replay_streams)
+            if (s != b->stream && std::find(b->other_streams.begin(), b->other_streams.end(), s) == b->other_streams.end())
+              b->other_streams.push_back(s);
+      }
+    }
+    freed.insert(freed.end(), pp.held.begin(), pp.held.end());
+    // Every block waits for at least one event (its own stream's), so nothing merges while
+    // this loop still walks the list; process_events() returns them later.
+    for (Block* b : freed) {
+      std::vector<cudaStream_t> streams = pp.replay_streams;
+      streams.insert(streams.end(), b->other_streams.begin(), b->other_streams.end());
+      b->other_streams.clear();
+      streams.push_back(b->stream);
+      for (cudaStream_t s : streams) {
+        cudaEvent_t e = take_event();
+        if (cudaEventRecord(e, s) != cudaSuccess) {  // called from a destructor: cannot throw
+          cudaGetLastError();
+          event_pool_.push_back(e);
+          continue;
+        }
+        ++b->pending_events;
+        pending_.emplace_back(e, b);
+      }
+      // No event could be recorded (the CUDA context is gone at exit): the block stays out of
+      // the free lists; a neighbour's release may still absorb it.
+    }
+  }
+
+private:
+  // Returns a freed block to its pool: at once, or once the work enqueued so far on the other
+  // streams record_stream named has completed (an event on each).
+  void release_after_other_streams(Block* block) {
     if (!block->other_streams.empty()) {
       DeviceGuard g(device_);
       for (cudaStream_t s : block->other_streams) {
@@ -163,41 +312,37 @@ public:
     release(block);
   }
 
-  void record_stream(void* ptr, cudaStream_t stream) {
-    std::lock_guard lock(mutex_);
-    Block* b = find_allocated(static_cast<char*>(ptr));
-    if (!b)
-      throw Error(ErrorKind::value, "record_stream: the tensor's memory does not come from brrr's CUDA allocator");
-    if (stream == b->stream) return;
-    if (std::find(b->other_streams.begin(), b->other_streams.end(), stream) == b->other_streams.end())
-      b->other_streams.push_back(stream);
+  struct PrivatePool {
+    std::vector<Block*> held;                 // ordinary blocks freed during its captures
+    std::vector<cudaStream_t> replay_streams;  // where its graphs were launched
+  };
+
+  // The pool of an allocation on `stream` while a capture is underway: the capture's when
+  // `stream` takes part in it, else the ordinary one.
+  std::uint64_t capturing_pool(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    BRRR_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
+    return status == cudaStreamCaptureStatusActive && id == capture_id_ ? capture_pool_ : 0;
   }
 
-  std::size_t empty_cache() {
-    std::lock_guard lock(mutex_);
-    process_events();
-    return release_cached();
+  // A wholly free cached segment of the ordinary pool, of the pool's kind, big enough for
+  // `size` and not needlessly big, handed over to private pool `id` (no CUDA call).
+  Block* take_cached_segment(BlockSet& pool, std::uint64_t id, cudaStream_t stream, std::size_t size) {
+    Block* best = nullptr;
+    for (Block* b : pool) {
+      if (b->pool != 0) break;  // ordered by pool first: the ordinary pool's blocks come first
+      if (b->prev || b->next || b->pending_events != 0 || b->size < size) continue;
+      if (!b->small && b->size > large_segment && b->size > 2 * size + round_large) continue;
+      if (!best || b->size < best->size) best = b;
+    }
+    if (!best) return nullptr;
+    pool.erase(best);
+    best->pool = id;
+    best->stream = stream;
+    return best;
   }
 
-  bool has_cached_segments() {
-    std::lock_guard lock(mutex_);
-    for (auto* pool : {&small_pool_, &large_pool_})
-      for (Block* b : *pool)
-        if (!b->prev && !b->next) return true;
-    return false;
-  }
-
-  MemoryStats stats() {
-    std::lock_guard lock(mutex_);
-    return stats_;
-  }
-  void reset_peak() {
-    std::lock_guard lock(mutex_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
-    stats_.peak_reserved_bytes = stats_.reserved_bytes;
-  }
-
-private:
   // The allocated block that starts at `ptr` (nullptr if none): its segment from the
   // segment index, then a walk along the segment's blocks. Rare (record_stream only).
   Block* find_allocated(char* ptr) {
@@ -209,10 +354,10 @@ private:
     return nullptr;
   }
 
-  Block* make_block(cudaStream_t stream, std::size_t size, char* ptr, bool small) {
+  Block* make_block(cudaStream_t stream, std::size_t size, char* ptr, bool small, std::uint64_t pool) {
     Block* b;
     if (spare_blocks_.empty()) {
-      b = new Block{stream, size, ptr, small};
+      b = new Block{stream, size, ptr, small, pool};
     } else {
       b = spare_blocks_.back();
       spare_blocks_.pop_back();
@@ -220,6 +365,7 @@ private:
       b->size = size;
       b->ptr = ptr;
       b->small = small;
+      b->pool = pool;
       b->allocated = false;
       b->pending_events = 0;
       b->prev = b->next = nullptr;
@@ -229,9 +375,9 @@ private:
   }
   void drop_block(Block* b) { spare_blocks_.push_back(b); }
 
-  Block* find_free(BlockSet& pool, cudaStream_t stream, std::size_t size) {
-    auto it = pool.lower_bound(BlockKey{stream, size, nullptr});
-    if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* find_free(BlockSet& pool, std::uint64_t pool_id, cudaStream_t stream, std::size_t size) {
+    auto it = pool.lower_bound(BlockKey{pool_id, stream, size, nullptr});
+    if (it == pool.end() || (*it)->pool != pool_id || (*it)->stream != stream) return nullptr;
     // Do not carve a small request out of a big oversize block (bigger than a standard
     // 20 MiB segment, i.e. one made for a single large request): it would pin the segment.
     // Standard segments and their pieces serve any request that fits, so that a steady
@@ -242,18 +388,31 @@ private:
     return b;
   }
 
-  Block* new_segment(std::size_t size, bool small, cudaStream_t stream, std::size_t asked) {
+  Block* new_segment(std::size_t size, bool small, cudaStream_t stream, std::size_t asked, std::uint64_t pool_id) {
     std::size_t seg = small ? small_segment
                             : (size < min_large_alloc ? large_segment : (size + round_large - 1) / round_large * round_large);
     DeviceGuard g(device_);
     void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, seg);
+    cudaError_t err = cudaSuccess;
+    if (capture_pool_ != 0) {
+      // Under a capture (ThreadLocal mode) cudaMalloc counts as "potentially unsafe": relax
+      // this thread's mode for the one call, as the allocation outlives every replay anyway.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      BRRR_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+      err = cudaMalloc(&p, seg);
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      ++stats_.num_capture_cuda_malloc;
+    } else {
+      err = cudaMalloc(&p, seg);
+    }
     if (err != cudaSuccess) {
       cudaGetLastError();
       ++stats_.num_ooms;
-      process_events();
-      release_cached();
-      err = cudaMalloc(&p, seg);
+      if (capture_pool_ == 0) {  // cudaFree during a capture is not allowed: no retry then
+        process_events();
+        release_cached();
+        err = cudaMalloc(&p, seg);
+      }
       if (err != cudaSuccess) {
         cudaGetLastError();
         std::size_t free_b = 0, total_b = 0;
@@ -269,7 +428,7 @@ private:
     ++stats_.num_cuda_malloc;
     stats_.reserved_bytes += seg;
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
-    Block* b = make_block(stream, seg, static_cast<char*>(p), small);
+    Block* b = make_block(stream, seg, static_cast<char*>(p), small, pool_id);
     segments_[b->ptr] = b;
     return b;
   }
@@ -279,7 +438,7 @@ private:
     std::size_t rest = block->size - size;
     bool worth = block->small ? rest >= min_block : rest > small_size;
     if (!worth) return block;
-    Block* tail = make_block(block->stream, rest, block->ptr + size, block->small);
+    Block* tail = make_block(block->stream, rest, block->ptr + size, block->small, block->pool);
     tail->prev = block;
     tail->next = block->next;
     if (block->next) block->next->prev = tail;
@@ -332,7 +491,7 @@ private:
     for (auto* pool : {&small_pool_, &large_pool_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
-        if (b->prev || b->next) {
+        if (b->prev || b->next || b->pool != 0) {  // private pools keep their segments
           ++it;
           continue;
         }
@@ -367,6 +526,11 @@ private:
   std::vector<Block*> spare_blocks_;
   std::deque<std::pair<cudaEvent_t, Block*>> pending_;
   std::vector<cudaEvent_t> event_pool_;
+  std::map<std::uint64_t, PrivatePool> pools_;
+  std::uint64_t next_pool_ = 1;
+  std::uint64_t capture_pool_ = 0;        // the pool of the capture underway (0: none)
+  unsigned long long capture_id_ = 0;     // its CUDA capture sequence id
+  std::vector<Block*> capture_deferred_;  // private blocks freed during it, with other streams
   MemoryStats stats_;
 };
 
@@ -407,6 +571,28 @@ void record_stream(const Storage& storage, const StreamPtr& stream) {
                                        " but the stream on cuda:" + std::to_string(stream->device));
   if (!storage.data()) return;
   allocator(stream->device).record_stream(storage.data(), static_cast<cudaStream_t>(stream->handle));
+}
+
+PoolHandle::~PoolHandle() {
+  try {
+    allocator(device).release_pool(id);
+  } catch (...) {  // a destructor: the memory stays reserved rather than terminating
+  }
+}
+
+PoolPtr pool_create(int device) {
+  auto p = std::make_shared<PoolHandle>();
+  p->device = device;
+  p->id = allocator(device).create_pool();
+  return p;
+}
+
+void allocator_begin_capture(int device, std::uint64_t pool, unsigned long long capture_id) {
+  allocator(device).begin_capture(pool, capture_id);
+}
+void allocator_end_capture(int device) { allocator(device).end_capture(); }
+void allocator_note_replay(int device, std::uint64_t pool, void* stream) {
+  allocator(device).note_replay(pool, static_cast<cudaStream_t>(stream));
 }
 
 MemoryStats memory_stats(int device) { return allocator(device).stats(); }

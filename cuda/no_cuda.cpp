@@ -9,6 +9,7 @@ module;
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -70,6 +71,31 @@ float event_elapsed_ms(void*, void*) { no_cuda("Event::elapsed_ms"); }
 void memcpy_async(void*, const void*, std::size_t, CopyKind, const StreamPtr&) { no_cuda("memcpy_async"); }
 void copy_device_to_host(void*, const Tensor&, std::size_t, const char* api) { no_cuda(api); }
 void copy_host_to_device(void*, const void*, std::size_t, int, const char* api) { no_cuda(api); }
+
+PoolHandle::~PoolHandle() = default;
+PoolPtr pool_create(int) { no_cuda("cuda::MemPool"); }
+void allocator_begin_capture(int, std::uint64_t, unsigned long long) { no_cuda("Graph::capture_begin"); }
+void allocator_end_capture(int) {}
+void allocator_note_replay(int, std::uint64_t, void*) { no_cuda("Graph::replay"); }
+struct GraphImpl {};  // never made: graph_create throws
+GraphPtr graph_create(int, PoolPtr) { no_cuda("cuda::Graph"); }
+void graph_capture_begin(GraphImpl&, const StreamPtr&) { no_cuda("Graph::capture_begin"); }
+void graph_capture_end(GraphImpl&) { no_cuda("Graph::capture_end"); }
+void graph_capture_abort(GraphImpl&) noexcept {}
+void graph_replay(GraphImpl&, const StreamPtr&) { no_cuda("Graph::replay"); }
+void graph_reset(GraphImpl&) { no_cuda("Graph::reset"); }
+bool graph_captured(const GraphImpl&) { return false; }
+std::size_t graph_num_nodes(const GraphImpl&) { return 0; }
+PoolPtr graph_pool(const GraphImpl&) { return nullptr; }
+int graph_device(const GraphImpl&) { return -1; }
+bool capture_underway(int) noexcept { return false; }
+void capture_add_replay_hook(int, std::function<void(const StreamState&)>) { no_cuda("capture_add_replay_hook"); }
+void capture_keep_alive(int, Storage) { no_cuda("capture_keep_alive"); }
+void* capture_blas_workspace(int, const StreamState&, std::size_t) { no_cuda("capture_blas_workspace"); }
+void capture_random(const Operand&, Distribution, std::int64_t, std::int64_t) { no_cuda("capture_random"); }
+std::size_t optimizer_coeffs_bytes() { return 0; }
+void optimizer_write_coeffs(const OptimizerStep&, void*, const StreamState&) { no_cuda("optimizer_write_coeffs"); }
+void blas_prepare(int) { no_cuda("blas_prepare"); }
 
 Backend& cuda_backend() { no_cuda("the CUDA backend"); }
 // CudaBackend's members, never reached (no CudaBackend exists: cuda_backend() throws).

@@ -14,9 +14,20 @@ namespace brrr::backend {
 namespace {
 std::atomic<std::uint64_t> syncs{0};
 std::atomic<SyncPolicy> policy{SyncPolicy::allow};
+thread_local bool capturing = false;  // a CUDA graph capture is underway on this thread
 }  // namespace
 
+bool capturing_on_this_thread() noexcept { return capturing; }
+void set_capturing_on_this_thread(bool on) noexcept { capturing = on; }
+
 void note_sync(const char* api) {
+  // Under a CUDA graph capture nothing runs, so there is nothing to wait for, and a wait on
+  // the capturing stream would invalidate the capture: refuse before any CUDA call, whatever
+  // the policy. (Only this thread's captures: others' streams are not this thread's to block.)
+  if (capturing)
+    throw Error(ErrorKind::stream, std::string(api) + " would block the host, which is not allowed inside a CUDA graph "
+                                                      "capture (nothing captured has run yet); read results after "
+                                                      "Graph::replay(), outside the capture");
   if (stream_check_enabled()) raise_pending_stream_error();  // a free the check found unsafe
   switch (policy.load()) {
     case SyncPolicy::allow: break;

@@ -8,6 +8,7 @@ module;
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <type_traits>
@@ -224,6 +225,7 @@ struct MemoryStats {
   std::uint64_t num_cuda_malloc = 0;       ///< cudaMalloc calls, ever
   std::uint64_t num_cuda_free = 0;         ///< cudaFree calls, ever
   std::uint64_t num_ooms = 0;              ///< cudaMalloc failures (before retry)
+  std::uint64_t num_capture_cuda_malloc = 0;  ///< of num_cuda_malloc, made during CUDA graph captures
 };
 
 /// Caching device allocator: `nbytes` on `device`, stream-ordered on `stream` (a block is
@@ -236,6 +238,94 @@ MemoryStats memory_stats(int device);
 void reset_peak_memory_stats(int device);
 /// Frees cached, wholly unused segments (cudaFree).
 void empty_cache(int device);
+
+// --- CUDA graphs (cuda/graph.cpp; cuda/no_cuda.cpp throws) ---------------------------------
+// A capture records the work enqueued on a stream (and on streams joined to it by events)
+// into a graph instead of running it; a replay launches the whole graph at once. The pieces
+// below are what the rest of brrr needs to behave under capture: a private allocator pool,
+// the thread's capture state (the sync choke point refuses to block under it), replay hooks
+// (host work run before every replay: the RNG's seed/offset, optimizer hyperparameters) and
+// storages kept alive as long as the graph.
+
+/// A private memory pool of the caching allocator (allocator.cpp): blocks allocated by a
+/// capture that uses it come from its own segments and are never handed to work outside
+/// captures using the same pool. Released when the last handle drops: its blocks return to
+/// the device's ordinary pool once the work enqueued so far on every stream that replayed a
+/// graph of the pool has completed (events decide).
+struct PoolHandle {
+  int device = 0;
+  std::uint64_t id = 0;
+  ~PoolHandle();
+};
+using PoolPtr = std::shared_ptr<PoolHandle>;
+/// A new private pool of cuda:`device`.
+PoolPtr pool_create(int device);
+/// The allocator's side of a capture (graph.cpp calls these): from begin to end, allocations
+/// on streams taking part in CUDA capture `capture_id` come from `pool`. One capture per device
+/// at a time (Error(stream) otherwise).
+void allocator_begin_capture(int device, std::uint64_t pool, unsigned long long capture_id);
+void allocator_end_capture(int device);
+/// A graph of `pool` was launched on `stream` (a cudaStream_t).
+void allocator_note_replay(int device, std::uint64_t pool, void* stream);
+
+/// The captured graph behind cuda::Graph (opaque; cuda/graph.cpp).
+struct GraphImpl;
+using GraphPtr = std::shared_ptr<GraphImpl>;
+/// A graph of cuda:`device` whose captures allocate from `pool` (nullptr: a new pool).
+GraphPtr graph_create(int device, PoolPtr pool);
+/// Begins capturing on `stream` (cudaStreamCaptureModeThreadLocal). Error(stream) when this
+/// thread already captures, the graph holds a capture (reset() first), or the stream is
+/// already capturing; Error(cuda) from CUDA.
+void graph_capture_begin(GraphImpl& g, const StreamPtr& stream);
+/// Ends the capture and instantiates the graph. Error(stream) when the capture was
+/// invalidated (a host sync or an illegal call inside it) or joined streams were not joined
+/// back; the graph is then empty again.
+void graph_capture_end(GraphImpl& g);
+/// Ends a capture that failed (an exception left the capture): discards the partial graph and
+/// restores the thread, allocator and generator state. Never throws.
+void graph_capture_abort(GraphImpl& g) noexcept;
+/// Runs the replay hooks, then launches the graph on `stream` (after the previous replay's
+/// stream, if another). Error(value) when nothing was captured, Error(device) for a stream of
+/// another device.
+void graph_replay(GraphImpl& g, const StreamPtr& stream);
+/// Drops the captured graph, its hooks and kept storages (the pool stays with the graph).
+void graph_reset(GraphImpl& g);
+bool graph_captured(const GraphImpl& g);
+/// Nodes of the captured graph (kernels, copies, memsets, event nodes); 0 before a capture.
+std::size_t graph_num_nodes(const GraphImpl& g);
+PoolPtr graph_pool(const GraphImpl& g);
+int graph_device(const GraphImpl& g);
+
+/// Whether this thread is capturing a graph (any device). No CUDA call (cuda/sync.cpp).
+bool capturing_on_this_thread() noexcept;
+/// Maintained by graph_capture_begin/end/abort.
+void set_capturing_on_this_thread(bool on) noexcept;
+/// Whether this thread is capturing a graph on cuda:`device`.
+bool capture_underway(int device) noexcept;
+/// Under capture on cuda:`device` (this thread): runs `hook` on the host, in order of
+/// registration, before each replay of the graph being captured, with the replay's stream.
+/// Error(stream) when no capture is underway.
+void capture_add_replay_hook(int device, std::function<void(const StreamState&)> hook);
+/// Under capture: keeps `storage` alive as long as the captured graph.
+void capture_keep_alive(int device, Storage storage);
+/// Under capture: a cuBLAS workspace of `bytes` for `stream` that belongs to the graph (so a
+/// replay on another stream never shares one with eager work), made on first use.
+void* capture_blas_workspace(int device, const StreamState& stream, std::size_t bytes);
+/// Under capture: fills `out` (contiguous) like Backend::random, with Philox words at
+/// (seed, offset + k) where seed and offset are read from device memory that a replay hook
+/// sets from cuda:`device`'s generator before each replay (then advancing it by the words the
+/// graph draws), and k counts the words drawn earlier in this capture. So every replay draws
+/// fresh numbers, the same ones eager code would draw from the same generator state.
+void capture_random(const Operand& out, Distribution dist, std::int64_t low, std::int64_t high);
+
+/// Capturable optimizer steps (ops/cuda/optimizer_launch.cpp): bytes of the device copy of an
+/// OptimizerStep's derived hyperparameters, and an enqueued write of them (from `step`'s lr,
+/// bias corrections, ...) to `dst` on `stream`. A step with device_coeffs set reads them from
+/// there instead of its kernel arguments.
+std::size_t optimizer_coeffs_bytes();
+void optimizer_write_coeffs(const OptimizerStep& step, void* dst, const StreamState& stream);
+/// Creates cuda:`device`'s cuBLAS handle now (a capture must not be the first cuBLAS use).
+void blas_prepare(int device);
 
 /// Pinned (page-locked) host memory from a cache of cudaHostAlloc blocks; a block is reused
 /// only after the events recorded for its uses completed.

@@ -5,7 +5,9 @@
 module;
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 export module brrr.cuda;
 import brrr.tensor;
 import brrr.backend;
@@ -158,5 +160,126 @@ void record_stream(const Tensor& tensor, const Stream& stream);
 /// Pinned host allocator statistics.
 using PinnedStats = backend::PinnedStats;
 PinnedStats pinned_memory_stats();
+
+// --- CUDA graphs -------------------------------------------------------------------------
+
+/// A private memory pool of the caching allocator for CUDA graph captures (PyTorch's
+/// graph_pool_handle). The blocks a capture allocates come from the pool's own segments and
+/// stay reserved for the graph's replays: work outside captures never receives them. Graphs
+/// made with one pool share it; they must never run concurrently (one may reuse memory
+/// another left free). Cheap handle; the pool's memory returns to the ordinary pool when the
+/// last handle (graphs included) is gone and the work enqueued by then on the streams that
+/// replayed its graphs has completed. Error(device) on a CPU device.
+class MemPool {
+public:
+  explicit MemPool(Device device = Device::cuda(0));
+  Device device() const;
+  explicit MemPool(backend::PoolPtr state) : state_(std::move(state)) {}
+  const backend::PoolPtr& state() const { return state_; }
+
+private:
+  backend::PoolPtr state_;
+};
+
+/// A CUDA graph: the device work enqueued between capture_begin() and capture_end() on the
+/// current stream (and on streams joined to it by Stream::wait / wait_stream, which must be
+/// joined back before the end) is recorded instead of run, then replayed as one launch.
+/// Rules under capture (each broken one is an Error, never a wrong replay):
+/// - nothing may make the host wait: item(), to_host(), printing, copies to or from pageable
+///   memory, synchronize() throw Error(stream) naming the call (the sync choke point);
+/// - tensors the graph reads or writes keep their addresses: fill static inputs with copy_
+///   before replay(), read static outputs after it (on the replay stream, or after an event);
+/// - random draws (rand, randn, dropout) read the generator's seed and offset from device
+///   memory that each replay sets from the generator and then advances, so each replay draws
+///   fresh numbers, the same ones eager code would draw from the same state;
+/// - optimizers (SGD, Adam, AdamW) read their learning rate and bias corrections from device
+///   memory each replay rewrites from the optimizer, so schedulers work without re-capture;
+///   their state must exist before capture (run one eager step first), and the optimizer
+///   must outlive the graph.
+/// Allocations during capture come from the graph's MemPool; no cudaMalloc happens while
+/// cached free segments can serve (else one, with the capture mode relaxed for that call).
+/// One capture per device at a time. Move-only.
+class Graph {
+public:
+  /// A graph of `device` with a new private pool, or the given (shared) one.
+  explicit Graph(Device device = Device::cuda(0));
+  Graph(Device device, const MemPool& pool);
+  Graph(Graph&&) = default;
+  Graph& operator=(Graph&&) = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  /// Starts capturing the work this thread enqueues on `device`'s current stream.
+  /// Error(stream) if a capture is underway on this thread or this graph holds one (reset()
+  /// first); Error(device) without a CUDA device.
+  void capture_begin();
+  /// Ends the capture and instantiates the graph. Error(stream) naming CUDA's status when the
+  /// capture was invalidated (then nothing is held).
+  void capture_end();
+  /// capture_begin(), fn(), capture_end(); if fn throws, the capture is discarded (the graph
+  /// is empty again) and the exception propagates.
+  void capture(const std::function<void()>& fn);
+  /// Launches the captured work on the device's current stream: the replay hooks' writes
+  /// first (generator state, optimizer hyperparameters), then the graph. Never waits.
+  /// A replay on another stream than the previous one waits (device-side) for that one.
+  /// Error(value) when nothing is captured; Error(stream) inside a capture.
+  void replay();
+  /// Drops the captured graph and what it kept alive; the pool stays. Capture again after.
+  void reset();
+  bool captured() const;
+  /// Nodes in the captured graph (0 before capture).
+  std::size_t num_nodes() const;
+  MemPool pool() const;
+  Device device() const;
+
+private:
+  friend class GraphCapture;
+  backend::GraphPtr impl_;
+};
+
+/// RAII capture: begins on construction, ends with end() (which can throw); destroyed
+/// without end() (an exception in between), it discards the capture.
+class GraphCapture {
+public:
+  explicit GraphCapture(Graph& graph);
+  ~GraphCapture();
+  void end();
+  GraphCapture(const GraphCapture&) = delete;
+  GraphCapture& operator=(const GraphCapture&) = delete;
+
+private:
+  Graph& graph_;
+  bool open_ = true;
+};
+
+/// Whether this thread is capturing a CUDA graph on `device` now.
+bool is_capturing(Device device = Device::cuda(0));
+
+struct GraphedStepOptions {
+  /// Eager calls before the capture: they make lazy state (optimizer buffers, cuBLAS) and
+  /// the allocator's cached segments exist. They are real steps (they train).
+  int warmup = 3;
+  /// The pool of the graph (a new one when empty).
+  std::shared_ptr<MemPool> pool;
+};
+
+/// A whole training step captured once and replayed (the idiom of torch.cuda.graph and
+/// make_graphed_callables, for static shapes). `step` enqueues forward, backward and the
+/// optimizer step over *static* input tensors the caller owns, and returns the tensors to read
+/// after each step (the loss, say). The constructor calls it `warmup` times eagerly on the
+/// current stream of `device`, then captures one call. Each operator() fills nothing: copy_
+/// the next batch into the static inputs first, then call it; it replays the step and returns
+/// the static outputs (the same tensors every time, overwritten by each replay: clone() what
+/// must survive the next one). Errors are Graph's.
+class GraphedStep {
+public:
+  GraphedStep(Device device, std::function<std::vector<Tensor>()> step, GraphedStepOptions options = {});
+  const std::vector<Tensor>& operator()();
+  const std::vector<Tensor>& outputs() const { return outputs_; }
+  Graph& graph() { return graph_; }
+
+private:
+  Graph graph_;
+  std::vector<Tensor> outputs_;
+};
 
 }  // namespace brrr::cuda

@@ -39,7 +39,7 @@ BRRR_HD double normal(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std:
 
 /// Philox4x32-10 (J. K. Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011):
 /// the block of four 32-bit words at 128-bit counter `c` under 64-bit key `k`.
-inline void philox4x32_10(std::uint32_t (&c)[4], std::uint32_t k0, std::uint32_t k1) {
+BRRR_HD void philox4x32_10(std::uint32_t (&c)[4], std::uint32_t k0, std::uint32_t k1) {
   constexpr std::uint64_t m0 = 0xD2511F53u, m1 = 0xCD9E8D57u;
   constexpr std::uint32_t w0 = 0x9E3779B9u, w1 = 0xBB67AE85u;  // the key schedule (Weyl sequence)
   for (int round = 0; round < 10; ++round) {
@@ -72,6 +72,16 @@ inline void philox_words(std::uint64_t seed, std::uint64_t offset, std::uint32_t
     philox4x32_10(c, k0, k1);
     for (std::uint64_t j = w % 4; j < 4 && w < end; ++j, ++w) *out++ = c[j];
   }
+}
+
+/// Word `w` alone of the stream philox_words describes (for kernels that draw each element's
+/// words where they use them: the capturable draw of a CUDA graph).
+BRRR_HD std::uint32_t philox_word(std::uint64_t seed, std::uint64_t w) {
+  const std::uint64_t b = w / 4, hi = b / 65536;
+  std::uint32_t c[4] = {static_cast<std::uint32_t>(hi), static_cast<std::uint32_t>(hi >> 32),
+                        static_cast<std::uint32_t>(b % 65536), 0};
+  philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+  return c[w % 4];
 }
 
 /// Integer in [low, high) from two words (64-bit draw modulo the range; bias < range/2^64).

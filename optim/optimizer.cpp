@@ -3,10 +3,13 @@
 // the parameters by (device, dtype) and one Backend::optimizer_step per group; the per-element
 // update is the backend's (ops/cpu/optimizer.cpp; ops/cuda/optimizer.cu, a multi-tensor
 // kernel: all parameters of a group in one launch per 48 tensors). Hyperparameters are host
-// numbers passed by value each step, so a step never makes the host wait.
+// numbers passed by value each step, so a step never makes the host wait. Under a CUDA graph
+// capture they are read from device memory instead, which a replay hook rewrites before every
+// replay from the optimizer's learning rate and step count at that time (enqueue below).
 module;
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -80,6 +83,72 @@ void ensure_state(Tensor& state, const Tensor& p, bool& created) {
   }
   if (state.dtype() != p.dtype()) state = state.to(p.dtype());
   if (state.device() != p.device()) state = state.to(p.device());
+}
+
+bool captured(const Tensor& p) { return p.device().is_cuda() && backend::capture_underway(p.device().index()); }
+
+// Under capture a new state buffer would be zeroed by every replay: refuse it.
+void require_state_outside_capture(const char* op, std::size_t index, const Tensor& p, bool created) {
+  if (created && captured(p))
+    throw Error(ErrorKind::stream, std::string(op) + ": parameter " + std::to_string(index) + " (" + describe(p) +
+                                       ") has no optimizer state yet, and a CUDA graph capture would zero it at every "
+                                       "replay; run one step eagerly (a warm-up) before capturing");
+}
+
+// Enqueues each group's update. A CUDA group under a graph capture gets its derived
+// hyperparameters from device memory the graph keeps, rewritten by a replay hook before each
+// replay from `refresh` (which sets lr, bias corrections, ... from the optimizer as it is
+// then: a scheduler's new learning rate takes effect without re-capture); a last hook calls
+// `advance` (the step count). Returns whether the step was captured: then the step count
+// advances at each replay instead of now. Error(device) when a capture would take only some
+// of the groups (parameters on the CPU or another device would be updated once, now).
+bool enqueue(std::map<GroupKey, Group>& groups, const char* op,
+             const std::function<void(backend::OptimizerStep&)>& refresh, const std::function<void()>& advance) {
+  int capture_device = -1;
+  std::size_t captured_groups = 0;
+  for (auto& [key, grp] : groups)
+    if (grp.device.is_cuda() && backend::capture_underway(grp.device.index())) {
+      capture_device = grp.device.index();
+      ++captured_groups;
+    }
+  if (captured_groups == 0) {
+    for (auto& [key, grp] : groups) backend::backend_for(grp.device).optimizer_step(grp.step);
+    return false;
+  }
+  if (captured_groups != groups.size())
+    throw Error(ErrorKind::device, std::string(op) + ": under the CUDA graph capture on cuda:" +
+                                       std::to_string(capture_device) +
+                                       " every parameter must be on that device (others would be updated once, now)");
+  for (auto& [key, grp] : groups) {
+    const int dev = grp.device.index();
+    Storage coeffs = backend::allocate_device(backend::optimizer_coeffs_bytes(), dev, backend::current_stream(dev));
+    void* dst = coeffs.data();
+    backend::capture_keep_alive(dev, std::move(coeffs));
+    grp.step.device_coeffs = dst;
+    backend::OptimizerStep scalars = grp.step;  // the hyperparameters; pointers are not needed
+    scalars.params.clear();
+    scalars.grads.clear();
+    scalars.state1.clear();
+    scalars.state2.clear();
+    scalars.state3.clear();
+    scalars.numels.clear();
+    scalars.device_coeffs = nullptr;
+    // Rewritten only when they changed (an SGD step at a constant lr costs no launch).
+    backend::capture_add_replay_hook(dev, [scalars, dst, refresh, written = false](
+                                              const backend::StreamState& stream) mutable {
+      backend::OptimizerStep next = scalars;
+      refresh(next);
+      if (written && next.lr == scalars.lr && next.bias_correction1 == scalars.bias_correction1 &&
+          next.bias_correction2 == scalars.bias_correction2 && next.first_step == scalars.first_step)
+        return;
+      scalars = next;
+      written = true;
+      backend::optimizer_write_coeffs(scalars, dst, stream);
+    });
+    backend::backend_for(grp.device).optimizer_step(grp.step);
+  }
+  backend::capture_add_replay_hook(capture_device, [advance](const backend::StreamState&) { advance(); });
+  return true;
 }
 
 void check_floating(const char* op, std::size_t index, const Tensor& p) {
@@ -159,7 +228,10 @@ void SGD::step() {
     Tensor g = prepared_grad("SGD.step", i, p);
     keep.push_back(g);
     bool first = false;
-    if (o.momentum != 0) ensure_state(momentum_[i], p, first);
+    if (o.momentum != 0) {
+      require_state_outside_capture("SGD.step", i, p, !momentum_[i].defined() || momentum_[i].shape() != p.shape());
+      ensure_state(momentum_[i], p, first);
+    }
     updated.push_back(i);
     if (p.numel() == 0) continue;
     Group& grp = groups[key_of(p, first)];
@@ -179,9 +251,14 @@ void SGD::step() {
     }
     add_to(grp, p, g, o.momentum != 0 ? momentum_[i] : Tensor(), Tensor(), Tensor());
   }
-  for (auto& [key, grp] : groups) backend::backend_for(grp.device).optimizer_step(grp.step);
+  // The optimizer must outlive a graph that captured its step (the hooks read it).
+  auto refresh = [this](backend::OptimizerStep& s) {
+    s.lr = lr_;
+    s.first_step = false;
+  };
+  bool in_graph = enqueue(groups, "SGD.step", refresh, [this] { ++steps_; });
   for (std::size_t i : updated) params_[i].storage().bump_version();
-  ++steps_;
+  if (!in_graph) ++steps_;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -223,6 +300,8 @@ void Adam::step() {
     Tensor g = prepared_grad(op, i, p);
     keep.push_back(g);
     bool created = false;
+    require_state_outside_capture(op, i, p, !exp_avg_[i].defined() || exp_avg_[i].shape() != p.shape() ||
+                                                (o.amsgrad && !max_exp_avg_sq_[i].defined()));
     ensure_state(exp_avg_[i], p, created);
     ensure_state(exp_avg_sq_[i], p, created);
     if (o.amsgrad) ensure_state(max_exp_avg_sq_[i], p, created);
@@ -247,9 +326,16 @@ void Adam::step() {
     }
     add_to(grp, p, g, exp_avg_[i], exp_avg_sq_[i], o.amsgrad ? max_exp_avg_sq_[i] : Tensor());
   }
-  for (auto& [key, grp] : groups) backend::backend_for(grp.device).optimizer_step(grp.step);
+  // As in SGD::step; t and the bias corrections come from the step count at each replay.
+  auto refresh = [this](backend::OptimizerStep& s) {
+    const double tr = static_cast<double>(steps_ + 1);
+    s.lr = lr_;
+    s.bias_correction1 = 1.0 - std::pow(options_.betas.first, tr);
+    s.bias_correction2 = 1.0 - std::pow(options_.betas.second, tr);
+  };
+  bool in_graph = enqueue(groups, op, refresh, [this] { ++steps_; });
   for (std::size_t i : updated) params_[i].storage().bump_version();
-  ++steps_;
+  if (!in_graph) ++steps_;
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true, "AdamW") {}

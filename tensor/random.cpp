@@ -18,7 +18,10 @@ Tensor draw(const char* op, Shape shape, TensorOptions options, backend::Distrib
   bool rg = options.requires_grad;
   options.requires_grad = false;
   Tensor t = empty(std::move(shape), options);
-  if (t.numel() > 0) {
+  if (t.numel() > 0 && options.device.is_cuda() && backend::capture_underway(options.device.index())) {
+    // Under a CUDA graph capture: offsets from device memory each replay sets (cuda/graph.cpp).
+    backend::capture_random(backend::output(t, op), dist, low, high);
+  } else if (t.numel() > 0) {
     backend::GeneratorState& gen = backend::generator(options.device);
     backend::backend_for(options.device).random(backend::output(t, op), dist, gen.seed, gen.offset, low, high);
     gen.offset += backend::random_words(dist, dtype, t.numel());

@@ -81,7 +81,24 @@ BlasOperand blas_operand(const char* name, std::int64_t rows, std::int64_t cols,
 
 bool fits_int(std::int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+// Called with blas.mutex held.
+void ensure_handle(DeviceBlas& blas, int device) {
+  if (blas.handle) return;
+  BRRR_CUBLAS_CHECK(cublasCreate(&blas.handle));
+  int major = 0;
+  BRRR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before.
+  blas.workspace_bytes = (major >= 9 ? 32u : 4u) << 20;
+}
+
 }  // namespace
+
+void blas_prepare(int device) {
+  DeviceGuard guard(device);
+  DeviceBlas& blas = device_blas(device);
+  std::lock_guard lock(blas.mutex);
+  ensure_handle(blas, device);
+}
 
 void CudaBackend::gemm(const GemmArgs& g) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0) return;
@@ -125,18 +142,20 @@ void CudaBackend::gemm(const GemmArgs& g) {
 
   DeviceBlas& blas = device_blas(g.device);
   std::lock_guard lock(blas.mutex);
-  if (!blas.handle) {
-    BRRR_CUBLAS_CHECK(cublasCreate(&blas.handle));
-    int major = 0;
-    BRRR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g.device));
-    // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before.
-    blas.workspace_bytes = (major >= 9 ? 32u : 4u) << 20;
-  }
+  ensure_handle(blas, g.device);
   BRRR_CUBLAS_CHECK(cublasSetStream(blas.handle, raw_stream));
-  auto ws = blas.workspaces.find(stream->handle);
-  if (ws == blas.workspaces.end())
-    ws = blas.workspaces.emplace(stream->handle, allocate_device(blas.workspace_bytes, g.device, stream)).first;
-  BRRR_CUBLAS_CHECK(cublasSetWorkspace(blas.handle, ws->second.data(), blas.workspace_bytes));
+  void* workspace = nullptr;
+  if (capture_underway(g.device)) {
+    // Under CUDA graph capture: a workspace of the graph's own (cuBLAS must not allocate
+    // while capturing, and a replay on another stream must not share eager work's one).
+    workspace = capture_blas_workspace(g.device, *stream, blas.workspace_bytes);
+  } else {
+    auto ws = blas.workspaces.find(stream->handle);
+    if (ws == blas.workspaces.end())
+      ws = blas.workspaces.emplace(stream->handle, allocate_device(blas.workspace_bytes, g.device, stream)).first;
+    workspace = ws->second.data();
+  }
+  BRRR_CUBLAS_CHECK(cublasSetWorkspace(blas.handle, workspace, blas.workspace_bytes));
 
   bool small = fits_int(g.n) && fits_int(g.m) && fits_int(g.k) && fits_int(x.ld) && fits_int(y.ld) &&
                fits_int(ldc) && fits_int(g.batch);

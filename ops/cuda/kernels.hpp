@@ -28,6 +28,14 @@ int arange(const Operand& out, double start, double step, void* stream);
 /// is contiguous.
 int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,
                      std::int64_t high, void* stream);
+/// The same values as cuRAND's Philox4x32-10 words at (seed, offset) followed by
+/// random_transform, with seed = seed_offset[0] and offset = seed_offset[1] + extra read from
+/// device memory when the kernel runs (ops/philox.hpp computes the words): the capturable
+/// draw of a CUDA graph, whose replays rewrite seed_offset.
+int random_capturable(const Operand& out, const std::uint64_t* seed_offset, std::uint64_t extra, Distribution dist,
+                      std::int64_t low, std::int64_t high, void* stream);
+/// dst[0] = a, dst[1] = b, enqueued on `stream` (a replay's generator state).
+int store_u64_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b, void* stream);
 
 /// Elementwise ops (math: ops/elementwise_math.hpp). out and in share a shape; for binary, a
 /// and b are already broadcast to out's shape and share a dtype; comparisons write bool.
@@ -165,5 +173,10 @@ namespace brrr::kernels {
 /// returning. One multi-tensor launch per 48 tensors on `stream`; arithmetic in f32 (f64 for
 /// f64). Returns a cudaError_t as int (cudaErrorInvalidValue for an integer dtype).
 int optimizer_step(const OptimizerStep& step, void* stream);
+/// Bytes of the device copy of an optimizer step's derived coefficients, and an enqueued
+/// write of the coefficients of `step` (computed on the host as optimizer_step does) to `dst`.
+/// A step whose device_coeffs points there reads them at run time (captured graphs).
+std::size_t optimizer_coeffs_bytes();
+int optimizer_write_coeffs(const OptimizerStep& step, void* dst, void* stream);
 
 }  // namespace brrr::kernels

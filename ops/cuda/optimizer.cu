@@ -41,9 +41,13 @@ template <class A> struct Coeffs {
 
 static_assert(sizeof(TensorList) + sizeof(Coeffs<double>) <= 4000, "kernel parameters must stay under 4 KB");
 
+// `device_c`, when set, holds the coefficients in device memory (a captured step whose
+// learning rate and bias corrections a replay hook rewrites); else they are `arg`.
 template <class T, bool Adam>
-__global__ void __launch_bounds__(optimizer_threads) multi_tensor_step(TensorList list, Coeffs<compute_t<T>> c) {
+__global__ void __launch_bounds__(optimizer_threads)
+    multi_tensor_step(TensorList list, Coeffs<compute_t<T>> arg, const Coeffs<compute_t<T>>* device_c) {
   using A = compute_t<T>;
+  const Coeffs<A> c = device_c ? *device_c : arg;
   // The tensor whose chunk this block updates: the last t with chunk_begin[t] <= blockIdx.x
   // (tensors without elements own no chunk and are skipped). Uniform across the block.
   const std::int64_t chunk = blockIdx.x;
@@ -142,15 +146,33 @@ template <class T> int launch_all(const OptimizerStep& h, cudaStream_t stream) {
     list.count = m;
     if (chunks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
     const dim3 grid(static_cast<unsigned>(chunks));
-    if (h.kind == OptimizerKind::sgd) multi_tensor_step<T, false><<<grid, optimizer_threads, 0, stream>>>(list, c);
-    else multi_tensor_step<T, true><<<grid, optimizer_threads, 0, stream>>>(list, c);
+    auto* dc = static_cast<const Coeffs<A>*>(h.device_coeffs);
+    if (h.kind == OptimizerKind::sgd) multi_tensor_step<T, false><<<grid, optimizer_threads, 0, stream>>>(list, c, dc);
+    else multi_tensor_step<T, true><<<grid, optimizer_threads, 0, stream>>>(list, c, dc);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return static_cast<int>(e);
   }
   return static_cast<int>(cudaSuccess);
 }
 
+template <class A> __global__ void store_coeffs(Coeffs<A> c, Coeffs<A>* dst) { *dst = c; }
+
 }  // namespace
+
+std::size_t optimizer_coeffs_bytes() { return sizeof(Coeffs<double>) > sizeof(Coeffs<float>) ? sizeof(Coeffs<double>) : sizeof(Coeffs<float>); }
+
+int optimizer_write_coeffs(const OptimizerStep& step, void* dst, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  int status = static_cast<int>(cudaErrorInvalidValue);
+  dispatch(step.dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) {
+      using A = compute_t<T>;
+      store_coeffs<A><<<1, 1, 0, s>>>(coeffs_of<A>(step), static_cast<Coeffs<A>*>(dst));
+      status = static_cast<int>(cudaGetLastError());
+    }
+  });
+  return status;
+}
 
 int optimizer_step(const OptimizerStep& step, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);

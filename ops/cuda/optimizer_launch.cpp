@@ -38,4 +38,11 @@ void CudaBackend::optimizer_step(const OptimizerStep& s) {
   BRRR_CUDA_CHECK(kernels::optimizer_step(s, current_stream(s.device)->handle));
 }
 
+std::size_t optimizer_coeffs_bytes() { return kernels::optimizer_coeffs_bytes(); }
+
+void optimizer_write_coeffs(const OptimizerStep& step, void* dst, const StreamState& stream) {
+  DeviceGuard g(stream.device);
+  BRRR_CUDA_CHECK(kernels::optimizer_write_coeffs(step, dst, stream.handle));
+}
+
 }  // namespace brrr::backend

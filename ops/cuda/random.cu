@@ -24,7 +24,48 @@ template <class T> __global__ void transform(T* out, const std::uint32_t* w, Dis
     }
   }
 }
+// The same values as transform() over cuRAND's words, each word computed here from the
+// generator state in device memory (seed_offset[0], seed_offset[1] + extra).
+template <class T> __global__ void transform_capturable(T* out, const std::uint64_t* seed_offset, std::uint64_t extra,
+                                                        Distribution dist, std::int64_t low, std::int64_t high,
+                                                        std::int64_t n) {
+  const std::uint64_t seed = seed_offset[0], base = seed_offset[1] + extra;
+  auto w = [&](std::int64_t k) { return rt::philox_word(seed, base + static_cast<std::uint64_t>(k)); };
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(blockDim.x) * gridDim.x) {
+    if (dist == Distribution::uniform) {
+      if constexpr (std::is_same_v<T, double>) out[i] = rt::uniform53(w(2 * i), w(2 * i + 1));
+      else if constexpr (std::is_same_v<T, float>) out[i] = rt::uniform_bits(w(i), 24);
+      else if constexpr (std::is_same_v<T, __half>) out[i] = __float2half_rn(rt::uniform_bits(w(i), 11));
+      else if constexpr (std::is_same_v<T, __nv_bfloat16>) out[i] = __float2bfloat16_rn(rt::uniform_bits(w(i), 8));
+    } else if (dist == Distribution::normal) {
+      if constexpr (is_floating<T>) out[i] = narrow_to<T>(rt::normal(w(4 * i), w(4 * i + 1), w(4 * i + 2), w(4 * i + 3)));
+    } else {
+      out[i] = narrow_to<T>(rt::integer(w(2 * i), w(2 * i + 1), low, high));
+    }
+  }
+}
+
+__global__ void store_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b) {
+  dst[0] = a;
+  dst[1] = b;
+}
 }  // namespace
+
+int random_capturable(const Operand& out, const std::uint64_t* seed_offset, std::uint64_t extra, Distribution dist,
+                      std::int64_t low, std::int64_t high, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch(out.dtype, [&]<class T>(T*) {
+    transform_capturable<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), seed_offset, extra, dist,
+                                                                   low, high, out.numel);
+  });
+  return static_cast<int>(cudaGetLastError());
+}
+
+int store_u64_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b, void* stream) {
+  store_pair<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(dst, a, b);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,
                      std::int64_t high, void* stream) {

@@ -152,3 +152,26 @@ TEST_CASE("the stream check switches on and off anywhere; CPU work is unaffected
   cuda::set_stream_check(false);
   CHECK_FALSE(cuda::stream_check_enabled());
 }
+
+TEST_CASE("CUDA graphs: Error(device) for a CPU device; no capture is ever underway here") {
+  CHECK_BRRR_ERROR(cuda::Graph(Device::cpu()), ErrorKind::device, "cuda::Graph", "CUDA graphs need a CUDA device",
+                   "cpu");
+  CHECK_BRRR_ERROR(cuda::MemPool(Device::cpu()), ErrorKind::device, "cuda::MemPool", "cpu");
+  CHECK_FALSE(cuda::is_capturing(Device::cpu()));
+  CHECK_BRRR_ERROR(cuda::GraphedStep(Device::cpu(), [] { return std::vector<Tensor>{}; }), ErrorKind::device,
+                   "cuda::Graph");
+  if (!cuda::is_available()) {
+    CHECK_BRRR_ERROR(cuda::Graph(), ErrorKind::device, "no CUDA device is available");
+  } else {
+    cuda::Graph g;
+    CHECK_FALSE(g.captured());
+    CHECK(g.num_nodes() == 0);
+    CHECK_BRRR_ERROR(g.replay(), ErrorKind::value, "Graph::replay", "nothing has been captured");
+    CHECK_FALSE(cuda::is_capturing(Device::cuda(0)));
+  }
+  // A CPU step under no capture is unaffected: random draws and syncs behave as ever.
+  manual_seed(3);
+  Tensor a = rand({5});
+  manual_seed(3);
+  CHECK(rand({5}).to_host<float>() == a.to_host<float>());
+}

@@ -51,6 +51,18 @@ TEST_CASE("philox_words: any offset reads the same stream") {
   for (int i = 0; i < 4; ++i) CHECK(all[i] == c[i]);
 }
 
+TEST_CASE("philox_word: word w of philox_words alone (the capturable draw of CUDA graphs)") {
+  for (std::uint64_t seed : {0ull, 7ull, 67280421310721ull, 0xdeadbeefcafef00dull})
+    for (std::uint64_t offset : {0ull, 3ull, (1ull << 18) - 5, (1ull << 34) + 1}) {
+      std::vector<std::uint32_t> all(1000);
+      rt::philox_words(seed, offset, all.data(), all.size());
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < all.size(); ++i) bad += rt::philox_word(seed, offset + i) != all[i];
+      INFO("seed ", seed, " offset ", offset);
+      CHECK(bad == 0);
+    }
+}
+
 #ifdef BRRR_TEST_CURAND
 TEST_CASE("philox_words: word for word cuRAND's host generator (CURAND_RNG_PSEUDO_PHILOX4_32_10)") {
   // Offsets past one pass of the 65536 interleaved streams (2^18 words) and past 2^32.
