@@ -134,10 +134,12 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
 // ---------------------------------------------------------------------------------------
 
 /// Elementwise functions of one operand: X(op, name, integers). `name` is the public op's
-/// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused)
-/// or promote (integer and bool inputs compute in f32, as PyTorch's floating functions). The
-/// kernels exist for floating dtypes, and for integers when `keep`. clamp takes its bounds as
-/// lo/hi (-inf/+inf when absent; NaN stays NaN).
+/// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused),
+/// promote (integer and bool inputs compute in f32, as PyTorch's floating functions) or only
+/// (integer kernels only: the op layer refuses floats). The kernels exist for floating dtypes
+/// unless `only`, and for integers unless `promote`. Parameters p0/p1: clamp's bounds lo/hi
+/// (-inf/+inf when absent; NaN stays NaN); round's decimals (p0); nan_to_num's replacements
+/// of -inf/+inf (p0/p1; NaN becomes 0).
 #define BRRR_UNARY_OPS(X)             \
   X(neg, "neg", keep)                 \
   X(abs, "abs", keep)                 \
@@ -156,17 +158,43 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(cos, "cos", promote)              \
   X(erf, "erf", promote)              \
   X(sign, "sign", keep)               \
-  X(clamp, "clamp", keep)
+  X(clamp, "clamp", keep)             \
+  X(tan, "tan", promote)              \
+  X(asin, "asin", promote)            \
+  X(acos, "acos", promote)            \
+  X(atan, "atan", promote)            \
+  X(sinh, "sinh", promote)            \
+  X(cosh, "cosh", promote)            \
+  X(expm1, "expm1", promote)          \
+  X(log2, "log2", promote)            \
+  X(log10, "log10", promote)          \
+  X(exp2, "exp2", promote)            \
+  X(erfc, "erfc", promote)            \
+  X(erfinv, "erfinv", promote)        \
+  X(lgamma, "lgamma", promote)        \
+  X(digamma, "digamma", promote)      \
+  X(trigamma, "polygamma", promote)   \
+  X(floor, "floor", keep)             \
+  X(ceil, "ceil", keep)               \
+  X(round, "round", keep)             \
+  X(trunc, "trunc", keep)             \
+  X(frac, "frac", promote)            \
+  X(reciprocal, "reciprocal", promote) \
+  X(square, "square", keep)           \
+  X(nan_to_num, "nan_to_num", keep)   \
+  X(bitwise_not, "bitwise_not", only)
 
 /// Elementwise functions of two operands of one dtype: X(op, name, kind). Kinds:
-/// arithmetic (the result has the operands' dtype), comparison (writes bool), rounding (the
-/// rounding divisions: on integers a zero divisor is reported, Error(value) on the CPU, the
-/// deferred device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad.
+/// arithmetic (the result has the operands' dtype), floating (likewise, but integer and bool
+/// operands compute in f32, as true division), comparison (writes bool; the logical ops are
+/// comparisons with zero), bitwise (integers and bool only), rounding (the rounding
+/// divisions: on integers a zero divisor is reported, Error(value) on the CPU, the deferred
+/// device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad.
 #define BRRR_BINARY_OPS(X)                                        \
   X(add, "add", arithmetic)                                       \
   X(sub, "sub", arithmetic)                                       \
   X(mul, "mul", arithmetic)                                       \
-  X(div, "div", arithmetic)                                       \
+  X(div, "div", floating)                                         \
   X(pow, "pow", arithmetic)                                       \
   X(maximum, "maximum", arithmetic)                               \
   X(minimum, "minimum", arithmetic)                               \
@@ -180,7 +208,20 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(trunc_divide, "div (rounding_mode trunc)", rounding)          \
   X(remainder, "remainder", rounding)                             \
   X(fmod, "fmod", rounding)                                       \
-  X(relu_backward, "relu_backward", arithmetic)
+  X(relu_backward, "relu_backward", arithmetic)                   \
+  X(atan2, "atan2", floating)                                     \
+  X(hypot, "hypot", floating)                                     \
+  X(logaddexp, "logaddexp", floating)                             \
+  X(xlogy, "xlogy", floating)                                     \
+  X(copysign, "copysign", floating)                               \
+  X(logical_and, "logical_and", comparison)                       \
+  X(logical_or, "logical_or", comparison)                         \
+  X(logical_xor, "logical_xor", comparison)                       \
+  X(bitwise_and, "bitwise_and", bitwise)                          \
+  X(bitwise_or, "bitwise_or", bitwise)                            \
+  X(bitwise_xor, "bitwise_xor", bitwise)                          \
+  X(bitwise_left_shift, "bitwise_left_shift", bitwise)            \
+  X(bitwise_right_shift, "bitwise_right_shift", bitwise)
 
 /// Reductions over a dims mask: X(op, name). max/min optionally write the index along a
 /// single reduced dim.
@@ -214,9 +255,9 @@ enum class CheckedOp : std::uint8_t { none, BRRR_CHECKED_OPS(BRRR_ENUMERATOR) };
 #undef BRRR_ENUMERATOR
 
 /// How a unary op treats integer inputs (the third column of BRRR_UNARY_OPS).
-enum class Integers : std::uint8_t { keep, promote };
+enum class Integers : std::uint8_t { keep, promote, only };
 /// What a binary op computes (the third column of BRRR_BINARY_OPS).
-enum class BinaryKind : std::uint8_t { arithmetic, comparison, rounding };
+enum class BinaryKind : std::uint8_t { arithmetic, floating, comparison, bitwise, rounding };
 
 #define BRRR_NAME_CASE(E, op, name, ...) \
   case E::op: return name;
@@ -239,7 +280,9 @@ BRRR_HD constexpr Integers integers_of(UnaryOp op) {
   }
   return Integers::promote;
 }
-BRRR_HD constexpr bool keeps_integers(UnaryOp op) { return integers_of(op) == Integers::keep; }
+BRRR_HD constexpr bool keeps_integers(UnaryOp op) { return integers_of(op) != Integers::promote; }
+/// Whether a unary op has kernels for floating dtypes (all but the integer-only ones).
+BRRR_HD constexpr bool takes_floats(UnaryOp op) { return integers_of(op) != Integers::only; }
 BRRR_HD constexpr const char* name_of(BinaryOp op) {
   switch (op) {
 #define BRRR_CASE(op, name, kind) BRRR_NAME_CASE(BinaryOp, op, name)
@@ -258,6 +301,10 @@ BRRR_HD constexpr BinaryKind kind_of(BinaryOp op) {
 }
 BRRR_HD constexpr bool is_comparison(BinaryOp op) { return kind_of(op) == BinaryKind::comparison; }
 BRRR_HD constexpr bool is_rounding_division(BinaryOp op) { return kind_of(op) == BinaryKind::rounding; }
+/// Whether a binary op computes integer operands in f32 (true division, atan2, ...).
+BRRR_HD constexpr bool is_floating_only(BinaryOp op) { return kind_of(op) == BinaryKind::floating; }
+/// Whether a binary op exists for integers and bool only.
+BRRR_HD constexpr bool is_bitwise(BinaryOp op) { return kind_of(op) == BinaryKind::bitwise; }
 BRRR_HD constexpr const char* name_of(ReduceOp op) {
   switch (op) {
 #define BRRR_CASE(op, name) BRRR_NAME_CASE(ReduceOp, op, name)

@@ -91,6 +91,52 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadca
 [[nodiscard]] Tensor maximum(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor minimum(const Tensor& a, const Tensor& b);
 
+/// Floating binary functions: broadcast, promoted; integer and bool operands compute in f32.
+/// atan2(input, other) = the angle of (other, input) in [-pi, pi]; hypot = sqrt(a^2 + b^2)
+/// without overflow; logaddexp = log(e^a + e^b), stable; xlogy = a log(b), 0 where a == 0
+/// (unless b is NaN); copysign = |a| with b's sign (including -0.0). Gradients as PyTorch's
+/// derivatives.yaml (copysign: 0 for `other`; xlogy: 0 for `input` where a == 0 and b <= 0).
+[[nodiscard]] Tensor atan2(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor hypot(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor logaddexp(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor xlogy(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor xlogy(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor xlogy(Scalar input, const Tensor& other);
+[[nodiscard]] Tensor copysign(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor copysign(const Tensor& input, Scalar other);
+/// input + weight * (end - input); input, end and weight floating (Error(dtype)), broadcast.
+[[nodiscard]] Tensor lerp(const Tensor& input, const Tensor& end, const Tensor& weight);
+[[nodiscard]] Tensor lerp(const Tensor& input, const Tensor& end, Scalar weight);
+/// clamp with tensor bounds (either may be undefined, not both: Error(value)), broadcast and
+/// promoted: minimum(maximum(x, min), max), so max wins where min > max and NaN (in x or a
+/// bound) propagates. Gradients (PyTorch 2.x's): with one bound those of maximum/minimum;
+/// with both, to whichever of x, min, max the result is (half each on a tie of x with a
+/// bound, x at a NaN x, max wherever min > max). The number-bound forms are below.
+[[nodiscard]] Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+[[nodiscard]] Tensor clamp_min(const Tensor& x, const Tensor& min);
+[[nodiscard]] Tensor clamp_max(const Tensor& x, const Tensor& max);
+
+/// Logical ops: any dtypes (x != 0 is true; NaN is true), broadcast -> bool.
+[[nodiscard]] Tensor logical_and(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor logical_or(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor logical_xor(const Tensor& input, const Tensor& other);
+/// x == 0, -> bool.
+[[nodiscard]] Tensor logical_not(const Tensor& x);
+/// Bitwise ops on integer and bool tensors (shifts: integers only); floats are Error(dtype).
+/// Shifts as PyTorch's: by a negative count or by the width or more, left gives 0 and right
+/// the sign fill (-1 or 0). bitwise_not of bool is logical_not.
+[[nodiscard]] Tensor bitwise_and(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_and(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_or(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_or(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_xor(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_xor(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_left_shift(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_left_shift(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_right_shift(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_right_shift(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_not(const Tensor& x);
+
 /// Comparisons: broadcast, compare in the promoted dtype, -> bool. Not differentiable.
 [[nodiscard]] Tensor eq(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor ne(const Tensor& a, const Tensor& b);
@@ -160,6 +206,53 @@ Tensor operator-(const Tensor& a);
 [[nodiscard]] Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 [[nodiscard]] Tensor clamp_min(const Tensor& x, double min);
 [[nodiscard]] Tensor clamp_max(const Tensor& x, double max);
+/// Trigonometric and hyperbolic functions (integers promote to f32). Gradients: tan 1 + tan^2,
+/// asin 1/sqrt(1 - x^2), acos -1/sqrt(1 - x^2), atan 1/(1 + x^2), sinh cosh, cosh sinh.
+[[nodiscard]] Tensor tan(const Tensor& x);
+[[nodiscard]] Tensor asin(const Tensor& x);
+[[nodiscard]] Tensor acos(const Tensor& x);
+[[nodiscard]] Tensor atan(const Tensor& x);
+[[nodiscard]] Tensor sinh(const Tensor& x);
+[[nodiscard]] Tensor cosh(const Tensor& x);
+/// e^x - 1, accurate near 0.
+[[nodiscard]] Tensor expm1(const Tensor& x);
+[[nodiscard]] Tensor log2(const Tensor& x);
+[[nodiscard]] Tensor log10(const Tensor& x);
+/// 2^x.
+[[nodiscard]] Tensor exp2(const Tensor& x);
+/// 1 - erf(x), accurate for large x.
+[[nodiscard]] Tensor erfc(const Tensor& x);
+/// Inverse of erf on [-1, 1]: +-inf at +-1, NaN outside (Giles 2011 refined by Newton steps).
+[[nodiscard]] Tensor erfinv(const Tensor& x);
+/// ln |Gamma(x)|; inf at the non-positive integers. Gradient digamma(x).
+[[nodiscard]] Tensor lgamma(const Tensor& x);
+/// psi(x) = d/dx ln Gamma(x): -inf at +0, NaN at the negative integers (PyTorch). Gradient
+/// polygamma(1, x).
+[[nodiscard]] Tensor digamma(const Tensor& x);
+/// The n-th derivative of digamma, for n = 0 (digamma) and n = 1 (trigamma) only (Error(value)
+/// otherwise); polygamma(1, x) itself is not differentiable (Error(value) from backward).
+[[nodiscard]] Tensor polygamma(std::int64_t n, const Tensor& x);
+/// Rounding (integers are returned as they are; bool is Error(dtype)); gradient 0.
+/// round: half to even; decimals != 0 rounds x * 10^decimals (floats only), PyTorch's formula.
+[[nodiscard]] Tensor floor(const Tensor& x);
+[[nodiscard]] Tensor ceil(const Tensor& x);
+[[nodiscard]] Tensor round(const Tensor& x, std::int64_t decimals = 0);
+[[nodiscard]] Tensor trunc(const Tensor& x);
+/// x - trunc(x), floating only (Error(dtype)); gradient 1.
+[[nodiscard]] Tensor frac(const Tensor& x);
+/// 1 / x (integers promote to f32).
+[[nodiscard]] Tensor reciprocal(const Tensor& x);
+/// x * x; integers keep their dtype, bool gives i64 (PyTorch).
+[[nodiscard]] Tensor square(const Tensor& x);
+/// NaN -> nan (default 0), +inf -> posinf, -inf -> neginf (default: the dtype's largest and
+/// lowest finite values). Integers: a copy. Gradient: g where x is finite, else 0.
+[[nodiscard]] Tensor nan_to_num(const Tensor& x, std::optional<double> nan = 0.0,
+                                std::optional<double> posinf = std::nullopt,
+                                std::optional<double> neginf = std::nullopt);
+/// Classification -> bool (integers: never NaN or inf).
+[[nodiscard]] Tensor isnan(const Tensor& x);
+[[nodiscard]] Tensor isinf(const Tensor& x);
+[[nodiscard]] Tensor isfinite(const Tensor& x);
 
 // ---------------------------------------------------------------------------------------
 // Reductions. dims may be negative; an empty dims list reduces over all dims. keepdim keeps
@@ -207,6 +300,12 @@ struct ValuesIndices {
                          bool keepdim = false);
 [[nodiscard]] Tensor std(const Tensor& x, std::vector<std::int64_t> dims = {}, double correction = 1,
                          bool keepdim = false);
+/// Whether all (any) elements are non-zero, over all dims or over `dims` -> bool. Any dtype
+/// (NaN counts as true). Zero elements: true for all, false for any. Not differentiable.
+[[nodiscard]] Tensor all(const Tensor& x);
+[[nodiscard]] Tensor all(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
+[[nodiscard]] Tensor any(const Tensor& x);
+[[nodiscard]] Tensor any(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
 /// log(sum(exp(x))) computed stably: m = amax over dims (a constant for autograd; 0 where it
 /// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool
 /// inputs compute in f32.

@@ -314,6 +314,38 @@ Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
   return where(zero, zeros_like(v), sqrt(where(zero, ones_like(v), v)));
 }
 
+namespace {
+// all/any: min/max of x != 0 as bool (one reduce kernel, plus the comparison unless x is
+// bool). Reducing zero elements gives the identity: true for all, false for any.
+Tensor all_any(const char* name, ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  require_defined(name, x);
+  std::uint32_t mask = dims_mask(name, dims, x.shape());
+  NoGradGuard no_grad;
+  if (reduced_count(x.shape(), mask) == 0 || x.numel() == 0)
+    return full(reduced_shape(x.shape(), mask, keepdim), op == ReduceOp::min ? 1.0 : 0.0,
+                {.dtype = DType::boolean, .device = x.device()});
+  Tensor b = x.dtype() == DType::boolean ? x : ne(x, 0);
+  return finish(reduce_forward(name, op, b, mask, DType::boolean), x.shape(), mask, keepdim);
+}
+}  // namespace
+
+Tensor all(const Tensor& x) {
+  NvtxRange range("all");
+  return all_any("all", ReduceOp::min, x, {}, false);
+}
+Tensor all(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("all");
+  return all_any("all", ReduceOp::min, x, dims, keepdim);
+}
+Tensor any(const Tensor& x) {
+  NvtxRange range("any");
+  return all_any("any", ReduceOp::max, x, {}, false);
+}
+Tensor any(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("any");
+  return all_any("any", ReduceOp::max, x, dims, keepdim);
+}
+
 Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
   NvtxRange range("logsumexp");
   require_defined("logsumexp", x);
