@@ -11,6 +11,7 @@ module;
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/contract.hpp"  // Window2d
@@ -262,10 +263,15 @@ Tensor operator-(const Tensor& a);
 // ---------------------------------------------------------------------------------------
 
 /// Sum: floating dtypes keep their dtype; integers and bool give i64 (PyTorch).
-[[nodiscard]] Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// `dtype`: x is converted to it first (differentiably), PyTorch's dtype argument: e.g. a
+/// bf16 sum accumulated and returned in f32, or an i32 sum kept in i32 instead of i64.
+[[nodiscard]] Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false,
+                         std::optional<DType> dtype = std::nullopt);
 /// Mean (floating dtypes only; Error(dtype) otherwise). Empty input gives NaN. bf16/f16:
 /// summed and divided in f32, rounded once.
-[[nodiscard]] Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// `dtype` (floating): x converted to it first, so integer inputs can be averaged.
+[[nodiscard]] Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false,
+                          std::optional<DType> dtype = std::nullopt);
 /// Max/min over all elements (any dtype); NaN propagates. Ties share the gradient evenly
 /// (PyTorch's amax rule); a NaN result sends it to the NaNs. Empty input: Error(value).
 [[nodiscard]] Tensor max(const Tensor& x);
@@ -300,12 +306,24 @@ struct ValuesIndices {
                          bool keepdim = false);
 [[nodiscard]] Tensor std(const Tensor& x, std::vector<std::int64_t> dims = {}, double correction = 1,
                          bool keepdim = false);
+/// (var, mean) and (std, mean) in one call, same arguments as var (PyTorch's var_mean,
+/// std_mean); both differentiable.
+[[nodiscard]] std::pair<Tensor, Tensor> var_mean(const Tensor& x, std::vector<std::int64_t> dims = {},
+                                                 double correction = 1, bool keepdim = false);
+[[nodiscard]] std::pair<Tensor, Tensor> std_mean(const Tensor& x, std::vector<std::int64_t> dims = {},
+                                                 double correction = 1, bool keepdim = false);
 /// Whether all (any) elements are non-zero, over all dims or over `dims` -> bool. Any dtype
 /// (NaN counts as true). Zero elements: true for all, false for any. Not differentiable.
 [[nodiscard]] Tensor all(const Tensor& x);
 [[nodiscard]] Tensor all(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
 [[nodiscard]] Tensor any(const Tensor& x);
 [[nodiscard]] Tensor any(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
+/// The vector ord-norm over `dims` (empty: all): (sum |x|^ord)^(1/ord); inf: max |x|;
+/// -inf: min |x|; 0: the count of non-zeros (gradient 0). Floating inputs (Error(dtype)), or
+/// any input with a floating `dtype` (converted first). bf16/f16 compute in f32. Gradient
+/// x |x|^(ord-2) / norm^(ord-1), 0 where the norm is 0 (PyTorch's norm_backward).
+[[nodiscard]] Tensor vector_norm(const Tensor& x, double ord = 2, std::vector<std::int64_t> dims = {},
+                                 bool keepdim = false, std::optional<DType> dtype = std::nullopt);
 /// log(sum(exp(x))) computed stably: m = amax over dims (a constant for autograd; 0 where it
 /// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool
 /// inputs compute in f32.
@@ -349,9 +367,11 @@ bool allow_tf32();
 
 /// softmax along `dim`: exp(x - max) / sum(exp(x - max)), one fused row kernel. A row of all
 /// -inf gives NaN; +inf gives NaN (PyTorch). Floating dtypes.
-[[nodiscard]] Tensor softmax(const Tensor& x, std::int64_t dim = -1);
+/// `dtype` (floating): x converted to it first (PyTorch's dtype argument; e.g. f16 logits
+/// normalised in f32).
+[[nodiscard]] Tensor softmax(const Tensor& x, std::int64_t dim = -1, std::optional<DType> dtype = std::nullopt);
 /// log_softmax along `dim`: x - max - log(sum(exp(x - max))), fused; -inf stays -inf.
-[[nodiscard]] Tensor log_softmax(const Tensor& x, std::int64_t dim = -1);
+[[nodiscard]] Tensor log_softmax(const Tensor& x, std::int64_t dim = -1, std::optional<DType> dtype = std::nullopt);
 
 /// How a loss reduces over elements.
 enum class Reduction : std::uint8_t { none, mean, sum };
@@ -364,17 +384,25 @@ struct CrossEntropyOptions {
   /// Mixes the one-hot target with the uniform distribution (Szegedy et al. 2016, "Rethinking
   /// the Inception Architecture", section 7): loss = (1-e) nll + e * mean_c(-log p_c).
   double label_smoothing = 0;
+  /// A manual rescaling weight per class: floating [C] on the input's device (Error(shape),
+  /// Error(dtype), Error(device) otherwise). Undefined: every class weighs 1. With class
+  /// indices, mean divides by the summed weights of the non-ignored targets (PyTorch).
+  Tensor weight = {};
 };
 /// Cross entropy of logits [N, C] (or [C] with a 0-d target, or [N, C, d...] with target
 /// [N, d...]) and class indices (i64/i32): log_softmax over dim 1 then negative log
 /// likelihood. mean over non-ignored targets; all ignored gives NaN for mean (gradient 0), 0
-/// for sum. Error(dtype) for other target dtypes, Error(shape) for a target shape mismatch,
+/// for sum. A floating target of the input's shape holds class probabilities instead:
+/// -sum_c weight_c t_c log_softmax(x)_c per sample (t smoothed to (1 - e) t + e / C; no
+/// ignore_index), mean over the samples. With a class `weight` the loss is log_softmax then
+/// the weighted pick (not fused). Error(dtype) for other target dtypes, Error(shape) for a target shape mismatch,
 /// Error(index) for a target outside [0, C) that is not ignore_index: at the call on the CPU,
 /// at the next sync point on CUDA (a deferred device error; docs/semantics.md, "Softmax and
 /// losses"). Fused: one kernel forward, one backward.
 [[nodiscard]] Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 /// Negative log likelihood of log-probabilities [N, C] at class indices [N]; same options as
-/// cross_entropy (label_smoothing must be 0).
+/// cross_entropy (label_smoothing must be 0), including the class `weight`: -w[t] log p[t],
+/// mean divided by the summed weights of the non-ignored targets.
 [[nodiscard]] Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options = {});
 /// mean/sum/none of (input - target)^2; shapes broadcast.
 [[nodiscard]] Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
@@ -383,6 +411,77 @@ struct CrossEntropyOptions {
 [[nodiscard]] Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                                       Reduction reduction = Reduction::mean,
                                                       const Tensor& pos_weight = {});
+
+/// |input - target|, broadcast; floating. Gradient sign(d) (0 at 0).
+[[nodiscard]] Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+/// 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (Girshick 2015, Fast R-CNN); beta 0
+/// is l1_loss; beta < 0 is Error(value).
+[[nodiscard]] Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                                    double beta = 1.0);
+/// 0.5 d^2 where |d| < delta, else delta (|d| - delta / 2) (Huber 1964); delta must be > 0.
+[[nodiscard]] Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                                double delta = 1.0);
+/// Options of kl_div. reduction mean averages over every element (PyTorch's "mean");
+/// batchmean = true with reduction sum divides the sum by the batch size (PyTorch's
+/// "batchmean", the KL divergence); batchmean with another reduction is Error(value).
+struct KlDivOptions {
+  Reduction reduction = Reduction::mean;
+  bool batchmean = false;
+  /// target holds log-probabilities: e^t (t - input); else t (log t - input), 0 where t = 0.
+  bool log_target = false;
+};
+/// Kullback-Leibler divergence with `input` holding log-probabilities (PyTorch's kl_div).
+[[nodiscard]] Tensor kl_div(const Tensor& input, const Tensor& target, KlDivOptions options = {});
+/// Binary cross entropy of probabilities `input` (in [0, 1]: checked on the CPU only, since on
+/// CUDA it would need a host sync; Error(value)) and targets of its shape:
+/// -weight (t log x + (1 - t) log(1 - x)), each log clamped at -100 (PyTorch). weight
+/// (optional) broadcasts to the input. Gradient PyTorch's: w (x - t) / max(x (1 - x), 1e-12).
+[[nodiscard]] Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                          Reduction reduction = Reduction::mean);
+/// Options of poisson_nll_loss.
+struct PoissonNllOptions {
+  bool log_input = true;  ///< e^x - t x; else x - t log(x + eps)
+  bool full = false;      ///< add Stirling's t log t - t + log(2 pi t) / 2 where t > 1
+  double eps = 1e-8;
+  Reduction reduction = Reduction::mean;
+};
+/// Negative log likelihood of a Poisson distribution with rate e^input (or input).
+[[nodiscard]] Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, PoissonNllOptions options = {});
+/// Options of gaussian_nll_loss.
+struct GaussianNllOptions {
+  bool full = false;  ///< add log(2 pi) / 2
+  double eps = 1e-6;  ///< var is clamped to >= eps in the forward (the gradient flows unclamped, as PyTorch)
+  Reduction reduction = Reduction::mean;
+};
+/// (log max(var, eps) + (input - target)^2 / max(var, eps)) / 2. var has the input's shape,
+/// a last dim of 1, or one dim fewer (Error(shape) otherwise); negative entries are
+/// Error(value) (checked on the CPU only: on CUDA a host sync).
+[[nodiscard]] Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                                       GaussianNllOptions options = {});
+/// max(0, -target (input1 - input2) + margin), broadcast; target holds 1 or -1.
+[[nodiscard]] Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                                         double margin = 0, Reduction reduction = Reduction::mean);
+/// Cosine similarity along dim of broadcast x1, x2: sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))
+/// (PyTorch 2.x's order: each normalised first). The dim is removed.
+[[nodiscard]] Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, std::int64_t dim = 1, double eps = 1e-8);
+/// ||x1 - x2 + eps||_p over the last dim (PyTorch's pairwise_distance).
+[[nodiscard]] Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6,
+                                       bool keepdim = false);
+/// input1, input2 [N, D] (or [D]) and target [N] of 1 / -1: 1 - cos where y = 1,
+/// max(0, cos - margin) where y = -1, cos with PyTorch's 1e-12 added to each squared norm.
+[[nodiscard]] Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                                           double margin = 0, Reduction reduction = Reduction::mean);
+/// Options of triplet_margin_loss.
+struct TripletMarginOptions {
+  double margin = 1.0;  ///< > 0 (Error(value))
+  double p = 2;
+  double eps = 1e-6;
+  bool swap = false;  ///< the distance swap of Balntas et al. 2016: min(d(a, n), d(p, n))
+  Reduction reduction = Reduction::mean;
+};
+/// max(d(a, p) - d(a, n) + margin, 0) with d = pairwise_distance (Schroff et al. 2015, FaceNet).
+[[nodiscard]] Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                                         TripletMarginOptions options = {});
 
 /// Layer normalisation (Ba et al. 2016) over the trailing `normalized_shape` dims:
 /// (x - mean) / sqrt(var + eps) * weight + bias (biased variance); weight/bias optional, of

@@ -64,7 +64,7 @@ inline void replay(const std::string& name, const CaseFn& f, DType dtype = DType
     Tensor g = inputs[i].grad();
     std::vector<double> want_g = values(m.at(key));
     std::vector<double> got_g = g.defined() ? values(g) : std::vector<double>(want_g.size(), 0.0);
-    check_values(got_g, want_g, 1e-9, 1e-10, key);
+    check_values(got_g, want_g, std::max(rtol, 1e-9), std::max(atol, 1e-10), key);
   }
 }
 

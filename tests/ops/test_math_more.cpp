@@ -5,6 +5,7 @@
 // inputs, integer dtypes and errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
