@@ -230,6 +230,16 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(max, "max")            \
   X(min, "min")
 
+/// Inclusive scans along the last dim of a contiguous [rows, n] operand: X(op, name).
+/// cummax/cummin also write the index of the running extreme (the last one on ties; a NaN
+/// is the extreme once seen, PyTorch's rule).
+#define BRRR_SCAN_OPS(X)          \
+  X(cumsum, "cumsum")             \
+  X(cumprod, "cumprod")           \
+  X(cummax, "cummax")             \
+  X(cummin, "cummin")             \
+  X(logcumsumexp, "logcumsumexp")
+
 /// The ops whose kernels validate their inputs: X(op, name, kind). The CPU kernels throw at
 /// the call (kind index: Error(index); division: Error(value)); the CUDA kernels store the
 /// op's code (its enumerator) into the device's deferred error flag, raised at the next sync
@@ -250,6 +260,7 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
 enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
 enum class BinaryOp : std::uint8_t { BRRR_BINARY_OPS(BRRR_ENUMERATOR) };
 enum class ReduceOp : std::uint8_t { BRRR_REDUCE_OPS(BRRR_ENUMERATOR) };
+enum class ScanOp : std::uint8_t { BRRR_SCAN_OPS(BRRR_ENUMERATOR) };
 /// 0 is no op: a clear deferred error flag.
 enum class CheckedOp : std::uint8_t { none, BRRR_CHECKED_OPS(BRRR_ENUMERATOR) };
 #undef BRRR_ENUMERATOR
@@ -313,6 +324,14 @@ BRRR_HD constexpr const char* name_of(ReduceOp op) {
   }
   return "?";
 }
+BRRR_HD constexpr const char* name_of(ScanOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name) BRRR_NAME_CASE(ScanOp, op, name)
+    BRRR_SCAN_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
 BRRR_HD constexpr const char* name_of(CheckedOp op) {
   switch (op) {
     case CheckedOp::none: return "kernel";
@@ -354,6 +373,14 @@ template <class F> void with_op(BinaryOp op, F&& f) {
 #define BRRR_CASE(op, ...) \
   case BinaryOp::op: return f.template operator()<BinaryOp::op>();
     BRRR_BINARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+}
+template <class F> void with_op(ScanOp op, F&& f) {
+  switch (op) {
+#define BRRR_CASE(op, ...) \
+  case ScanOp::op: return f.template operator()<ScanOp::op>();
+    BRRR_SCAN_OPS(BRRR_CASE)
 #undef BRRR_CASE
   }
 }
@@ -430,6 +457,17 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   X(cross_entropy_backward, (const Operand& grad_logits, const Operand& logits, const Operand& lse,                 \
                              const Operand& target, const Operand& grad, bool per_row, const Operand* count,        \
                              std::int64_t ignore_index, double label_smoothing))                                    \
+  /* Inclusive scan along the last dim of contiguous [rows, n] `in` into contiguous `out` of the same shape and    \
+     dtype (the op layer converts integers to i64 for cumsum/cumprod; logcumsumexp is floating only), accumulated  \
+     in accumulate_t; cummax/cummin write the i64 index of the running extreme into `indices` (else nullptr). */     \
+  X(scan, (ScanOp op, const Operand& out, const Operand& in, const Operand* indices))                              \
+  /* Stable sort of each row of contiguous [rows, n] `in` (any dtype): sorted `values` (in's dtype) and their i64   \
+     positions `indices`, both contiguous [rows, n]; NaN sorts as the largest value, -0.0 equals 0.0. */            \
+  X(sort, (const Operand& values, const Operand& indices, const Operand& in, bool descending))                     \
+  /* out (i64, [rows, m]) = for each value of row r of `values` ([rows, m]), the first position in row r of         \
+     `sorted` ([rows, n], ascending; rows 1 broadcasts) where it could be inserted keeping the order: the first     \
+     sorted >= v, or > v when `right`. Both contiguous, one dtype. */                                               \
+  X(searchsorted, (const Operand& out, const Operand& sorted, const Operand& values, bool right))                   \
   /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
   X(optimizer_step, (const OptimizerStep& step))
 

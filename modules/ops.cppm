@@ -329,6 +329,80 @@ struct ValuesIndices {
 /// inputs compute in f32.
 [[nodiscard]] Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
 // ---------------------------------------------------------------------------------------
+// Scans, sorting, sampling (ops/scan.cpp, ops/sort.cpp, ops/sampling.cpp)
+// ---------------------------------------------------------------------------------------
+
+/// Inclusive cumulative sum / product along dim (0-d: dim 0 or -1). Integer and bool inputs
+/// give i64 (PyTorch), or `dtype` when given (x converted first). Floating accumulation in
+/// accumulate_t (f32 for bf16/f16, rounded per element). Gradients: cumsum the reversed
+/// cumulative sum of g; cumprod exact also where x holds zeros.
+[[nodiscard]] Tensor cumsum(const Tensor& x, std::int64_t dim, std::optional<DType> dtype = std::nullopt);
+[[nodiscard]] Tensor cumprod(const Tensor& x, std::int64_t dim, std::optional<DType> dtype = std::nullopt);
+/// Running max / min along dim with the (i64) index of the element it came from: the last
+/// one on ties, a NaN once one is seen (PyTorch). Any dtype; the gradient goes to the index.
+[[nodiscard]] ValuesIndices cummax(const Tensor& x, std::int64_t dim);
+[[nodiscard]] ValuesIndices cummin(const Tensor& x, std::int64_t dim);
+/// log(cumsum(exp(x))) along dim, stable (floating inputs only, Error(dtype)).
+[[nodiscard]] Tensor logcumsumexp(const Tensor& x, std::int64_t dim);
+/// x reversed along each of `dims` (a copy; an empty list copies). Gradient: flipped back.
+[[nodiscard]] Tensor flip(const Tensor& x, std::vector<std::int64_t> dims);
+/// Sorted values along dim and their (i64) positions. Always stable (`stable` is accepted
+/// for PyTorch's signature): equal elements keep their order, so CPU and CUDA give the same
+/// indices. NaN sorts as the largest value; -0.0 equals 0.0. CUDA: CUB radix sort (one row)
+/// or segmented sort. The gradient goes back to the positions.
+[[nodiscard]] ValuesIndices sort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
+[[nodiscard]] Tensor argsort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
+/// The k largest (smallest unless `largest`) along dim, sorted, with their positions; ties in
+/// the order of sort (stable). k outside [0, size] is Error(index). A sort and a slice.
+[[nodiscard]] ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool largest = true,
+                                 bool sorted = true);
+/// The k-th smallest (k from 1) along dim and its position; Error(index) outside [1, size].
+[[nodiscard]] ValuesIndices kthvalue(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool keepdim = false);
+/// The lower median along dim (element (n - 1) / 2 of the sorted line) and its position; a
+/// line holding NaN gives NaN (the position of a NaN), as PyTorch. median(x): over all
+/// elements (NaN for an empty input).
+[[nodiscard]] ValuesIndices median(const Tensor& x, std::int64_t dim, bool keepdim = false);
+[[nodiscard]] Tensor median(const Tensor& x);
+/// What unique returns: the sorted distinct values, and when asked the (i64) slot of each
+/// input element (input's shape) and the count of each value.
+struct UniqueResult {
+  Tensor values;
+  Tensor inverse;
+  Tensor counts;
+};
+/// The distinct elements of x (flattened), always sorted; NaNs are each distinct. The number
+/// of values depends on the data: it is read back to the host (one counted sync on CUDA;
+/// fails under SyncPolicy::error). Not differentiable.
+[[nodiscard]] UniqueResult unique(const Tensor& x, bool sorted = true, bool return_inverse = false,
+                                  bool return_counts = false);
+/// Counts (or sums `weights`, same shape) per value of a 1-D non-negative integer input, in
+/// max(max(input) + 1, minlength) bins: i64 counts, or weights' dtype (f64 for integer
+/// weights). Negative input: Error(value). The size is read back (one counted sync on CUDA).
+[[nodiscard]] Tensor bincount(const Tensor& input, const Tensor& weights = {}, std::int64_t minlength = 0);
+/// For each value, the index in the last dim of `sorted_sequence` (ascending; 1-D for all
+/// values, or N-D with values' leading dims) where it would be inserted: the first element
+/// >= value, or > value when `right`. i64 (i32 when out_int32), values' shape.
+[[nodiscard]] Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false,
+                                  bool right = false);
+/// 0/1 samples with probabilities p (p's dtype), or with one probability p in [0, 1] for
+/// x's shape and dtype: u < p for u = rand() of the seeded generator, so a seed gives the
+/// same samples on CPU and GPU.
+[[nodiscard]] Tensor bernoulli(const Tensor& p);
+[[nodiscard]] Tensor bernoulli(const Tensor& x, double p);
+/// mean + std * randn() broadcast (std >= 0: checked on the CPU, and for a number std).
+/// Not differentiable (PyTorch gives zero gradients).
+[[nodiscard]] Tensor normal(const Tensor& mean, const Tensor& std);
+[[nodiscard]] Tensor normal(const Tensor& mean, double std);
+[[nodiscard]] Tensor normal(double mean, const Tensor& std);
+/// num_samples category indices (i64) per row of non-negative weights [k] or [rows, k]:
+/// with replacement by inversion of the cumulative weights at rand() points; without by the
+/// exponential race (top num_samples of w / E, E ~ Exp(1), Efraimidis & Spirakis 2006, as
+/// PyTorch). Draws come from the seeded Philox stream: a seed gives the same samples on CPU
+/// and GPU. Weights are checked (finite, >= 0, a positive one per row, enough for the
+/// samples without replacement) on the CPU only: on CUDA that would be a host sync.
+[[nodiscard]] Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replacement = false);
+
+// ---------------------------------------------------------------------------------------
 // Linear algebra
 // ---------------------------------------------------------------------------------------
 
