@@ -419,6 +419,88 @@ struct UniqueResult {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+/// 2-D x 2-D (mm) and 3-D x 3-D with one batch size (bmm) products; Error(shape) otherwise.
+[[nodiscard]] Tensor mm(const Tensor& a, const Tensor& mat2);
+[[nodiscard]] Tensor bmm(const Tensor& a, const Tensor& mat2);
+/// beta input + alpha mat1 @ mat2 (input broadcast; beta = 0 ignores input, NaN included).
+[[nodiscard]] Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double beta = 1,
+                           double alpha = 1);
+[[nodiscard]] Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1,
+                             double alpha = 1);
+/// input + value t1 t2, input + value t1 / t2 (broadcast).
+[[nodiscard]] Tensor addcmul(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value = 1);
+[[nodiscard]] Tensor addcdiv(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value = 1);
+/// [n] x [m] -> [n, m].
+[[nodiscard]] Tensor outer(const Tensor& a, const Tensor& vec2);
+/// input @ weight^T + bias: input [..., in], weight [out, in] (or [in]), bias [out] or undefined.
+[[nodiscard]] Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
+/// Contraction over dims_a of a with dims_b of b (sizes equal), or over a's last `dims` with
+/// b's first: [free_a..., free_b...]. One matmul after permutes and reshapes.
+[[nodiscard]] Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<std::int64_t>& dims_a,
+                               const std::vector<std::int64_t>& dims_b);
+[[nodiscard]] Tensor tensordot(const Tensor& a, const Tensor& b, std::int64_t dims = 2);
+/// Einstein summation ("ij,jk->ik", "bij,bjk->bik", "ii->i", "ij->", implicit output when
+/// no "->"): repeated letters in an operand take its diagonal, letters no later operand and
+/// not the output needs are summed first, and each pair of operands (left to right) is one
+/// batched matmul after permutes and reshapes. Letters only (no ellipsis: Error(value)); the
+/// sizes of a letter must agree (no broadcasting of size-1 dims: Error(shape)).
+[[nodiscard]] Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
+/// Product over a dim (or all elements): the last element of cumprod, so the gradient is
+/// exact where x holds zeros. Integers give i64 (or `dtype`); an empty dim gives 1.
+[[nodiscard]] Tensor prod(const Tensor& x, std::int64_t dim, bool keepdim = false,
+                          std::optional<DType> dtype = std::nullopt);
+[[nodiscard]] Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullopt);
+/// vector_norm under PyTorch's older name (p-norm over dims, empty: all).
+[[nodiscard]] Tensor norm(const Tensor& x, double p = 2, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// Matrix norms over two dims (default the last two): "fro"; 1 / -1 (max / min column sum of
+/// |x|), inf / -inf (rows). 2, -2 and "nuc" need an SVD: Error(value).
+[[nodiscard]] Tensor matrix_norm(const Tensor& x, const std::string& ord = "fro", std::vector<std::int64_t> dims = {},
+                                 bool keepdim = false);
+[[nodiscard]] Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// p-norm distances between the rows of x1 [..., P, M] and x2 [..., R, M] -> [..., P, R],
+/// computed from the differences (memory P R M; no cancellation; gradient 0 at distance 0).
+[[nodiscard]] Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2);
+
+// ---------------------------------------------------------------------------------------
+// Shape ops (ops/shape_more.cpp)
+// ---------------------------------------------------------------------------------------
+
+/// x tiled repeats[i] times along dim i (repeats at least x.dim() long; extra leading
+/// entries add dims). A copy.
+[[nodiscard]] Tensor repeat(const Tensor& x, const std::vector<std::int64_t>& repeats);
+/// repeat with reps padded with leading 1s to x.dim() (NumPy's tile).
+[[nodiscard]] Tensor tile(const Tensor& x, std::vector<std::int64_t> reps);
+/// Each element repeated along dim (flattened when no dim): by one number, or by an i64/i32
+/// tensor of counts per element (then the output length is read back: one counted sync).
+[[nodiscard]] Tensor repeat_interleave(const Tensor& x, std::int64_t repeats, std::optional<std::int64_t> dim = std::nullopt);
+[[nodiscard]] Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<std::int64_t> dim = std::nullopt);
+/// Elements shifted cyclically by shifts[i] along dims[i] (no dims: over the flattened
+/// tensor, one shift). A copy.
+[[nodiscard]] Tensor roll(const Tensor& x, const std::vector<std::int64_t>& shifts, const std::vector<std::int64_t>& dims = {});
+/// The diagonal `offset` of the dims dim1, dim2, appended as the last dim. A strided view
+/// when x is contiguous in those dims, a copy otherwise (PyTorch: always a view).
+[[nodiscard]] Tensor diagonal(const Tensor& x, std::int64_t offset = 0, std::int64_t dim1 = 0, std::int64_t dim2 = 1);
+/// 1-D -> the square matrix with x on diagonal `diagonal`; 2-D -> that diagonal.
+[[nodiscard]] Tensor diag(const Tensor& x, std::int64_t diagonal = 0);
+/// Sum of the main diagonal of a 2-D tensor.
+[[nodiscard]] Tensor trace(const Tensor& x);
+/// The views x.select(dim, i) for every i.
+[[nodiscard]] std::vector<Tensor> unbind(const Tensor& x, std::int64_t dim = 0);
+/// The dim `source` moved to position `destination` (a view).
+[[nodiscard]] Tensor movedim(const Tensor& x, std::int64_t source, std::int64_t destination);
+/// dim split into `sizes` (one may be -1); Error(shape) when they do not multiply to it.
+[[nodiscard]] Tensor unflatten(const Tensor& x, std::int64_t dim, const Shape& sizes);
+/// `sections` views along dim, the first size % sections one element longer (NumPy's
+/// array_split); or views split before each of `indices`.
+[[nodiscard]] std::vector<Tensor> tensor_split(const Tensor& x, std::int64_t sections, std::int64_t dim = 0);
+[[nodiscard]] std::vector<Tensor> tensor_split(const Tensor& x, const std::vector<std::int64_t>& indices,
+                                               std::int64_t dim = 0);
+/// Coordinate grids of 0-d/1-D tensors (expanded views): "ij" (matrix) or "xy" (Cartesian:
+/// the first two dims swapped).
+[[nodiscard]] std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, const std::string& indexing = "ij");
+/// gather with x and indices broadcast in every dim but `dim` (PyTorch's take_along_dim).
+[[nodiscard]] Tensor take_along_dim(const Tensor& x, const Tensor& indices, std::int64_t dim);
+
 // ---------------------------------------------------------------------------------------
 // Joining and splitting
 // ---------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes tests/ops/math_more.safetensors: PyTorch's values and gradients for brrr's newer
 elementwise, logic, loss, scan and sort ops (tests/ops/test_math_more.cpp, test_losses_more.cpp
-and test_scan_sort.cpp replay it; the loss and scan/sort cases are in make_loss_fixtures.py and
-make_scan_sort_fixtures.py, run from here). Run on a developer's machine with torch from PyPI (never a dependency of the build or
+test_scan_sort.cpp and test_shape_linalg.cpp replay it; the other cases are in
+make_loss_fixtures.py, make_scan_sort_fixtures.py and make_shape_linalg_fixtures.py, run
+from here). Run on a developer's machine with torch from PyPI (never a dependency of the build or
 of ctest); deterministic (seeded). For each case NAME it stores NAME/x0, NAME/x1, ... (the
 inputs, f64), NAME/out (the output), and, for differentiable cases, NAME/up (the upstream
 gradient) and NAME/g0, NAME/g1, ... (d<out, up>/d x_i; zeros where PyTorch gives none).
@@ -140,7 +141,7 @@ case("any_dim0_keep", lambda x: torch.any(x, 0, keepdim=True), [aa], grad=False)
 
 if __name__ == "__main__":
     import sys
-    for extra in ["make_loss_fixtures.py", "make_scan_sort_fixtures.py"]:
+    for extra in ["make_loss_fixtures.py", "make_scan_sort_fixtures.py", "make_shape_linalg_fixtures.py"]:
         exec(open(os.path.join(HERE, extra)).read())
     save_file({k: v.contiguous().clone() for k, v in T.items()}, OUT)
     print(f"wrote {len(T)} tensors to {OUT}")
