@@ -211,8 +211,8 @@ TEST_CASE("sort, topk, kthvalue, median, unique, bincount, searchsorted: GPU equ
     }
   Tensor special = Tensor::from_vector(std::vector<double>{3, -1, NAN, 2, -0.0, 0.0, 2, -INFINITY, INFINITY, NAN});
   for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
-    parity("sort NaN/-0 indices " + to_string(dt), [](const In& i) { return sort(i[0]).indices; }, {special.to(dt)});
-    parity("sort NaN descending " + to_string(dt), [](const In& i) { return sort(i[0], 0, true).indices; }, {special.to(dt)});
+    parity(std::string("sort NaN/-0 indices ") + to_string(dt), [](const In& i) { return sort(i[0]).indices; }, {special.to(dt)});
+    parity(std::string("sort NaN descending ") + to_string(dt), [](const In& i) { return sort(i[0], 0, true).indices; }, {special.to(dt)});
   }
   Tensor x = normal_in({500, 300});
   parity("topk", [](const In& i) { return topk(i[0], 7, 1).values; }, {x}, true);
