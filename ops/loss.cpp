@@ -153,9 +153,10 @@ Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, c
   constexpr const char* name = "cross_entropy";
   common_device(name, {logits, target});
   require_floating(name, logits);
-  if (target.shape() != logits.shape())
-    throw Error::shape_mismatch(name, logits.shape(), target.shape(),
-                                "(input, target): probability targets must have the input's shape");
+  if (target.shape() != logits.shape())  // neither class indices nor probabilities
+    throw Error(ErrorKind::dtype, std::string(name) + ": target must hold class indices (i64 or i32), or class "
+                                  "probabilities of the input's shape " + to_string(logits.shape()) + ", got " +
+                                  describe(target));
   if (logits.dim() == 0) throw Error(ErrorKind::shape, "cross_entropy: input must be [C] or [N, C, ...], got a 0-d tensor");
   if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
     throw Error(ErrorKind::value, "cross_entropy: label_smoothing must be in [0, 1], got " + number_text(o.label_smoothing));

@@ -129,7 +129,8 @@ TEST_CASE("cross_entropy and nll_loss with a class weight and with probability t
   CHECK(std::isnan(cross_entropy(logits, ignored, {.weight = ones({4}, {.dtype = DType::f64})}).item<double>()));
   CHECK_BRRR_ERROR(cross_entropy(logits, tgt, {.weight = ones({3}, {.dtype = DType::f64})}), ErrorKind::shape, "weight");
   CHECK_BRRR_ERROR(cross_entropy(logits, tgt, {.weight = ones({4}, {.dtype = DType::i64})}), ErrorKind::dtype, "weight");
-  CHECK_BRRR_ERROR(cross_entropy(logits, zeros({5, 3}, {.dtype = DType::f64})), ErrorKind::shape, "cross_entropy");
+  CHECK_BRRR_ERROR(cross_entropy(logits, zeros({5, 3}, {.dtype = DType::f64})), ErrorKind::dtype, "cross_entropy",
+                   "probabilities", "[5, 3]");
   CHECK_BRRR_ERROR(nll_loss(logits, zeros({5, 4}, {.dtype = DType::f64})), ErrorKind::dtype, "nll_loss");
 }
 
