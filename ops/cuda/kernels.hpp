@@ -15,6 +15,7 @@ using backend::Distribution;
 using backend::Operand;
 using backend::OptimizerStep;
 using backend::ReduceOp;
+using backend::ScanOp;
 using backend::UnaryOp;
 using backend::Window2d;
 
@@ -165,5 +166,25 @@ namespace brrr::kernels {
 /// returning. One multi-tensor launch per 48 tensors on `stream`; arithmetic in f32 (f64 for
 /// f64). Returns a cudaError_t as int (cudaErrorInvalidValue for an integer dtype).
 int optimizer_step(const OptimizerStep& step, void* stream);
+
+}  // namespace brrr::kernels
+
+// ---- Scans, sort, searchsorted (ops/cuda/sort_scan.cu) -----------------------------------
+
+namespace brrr::kernels {
+
+/// Device workspace (bytes) of scan() over contiguous [rows, n] `in` (host-only arithmetic
+/// and CUB size queries, no waiting).
+std::size_t scan_workspace_bytes(ScanOp op, const Operand& in, bool with_indices);
+/// The contract's scan: contiguous [rows, n] operands along the last dim.
+int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indices, void* workspace, std::size_t bytes,
+         void* stream);
+/// Device workspace (bytes) of sort().
+std::size_t sort_workspace_bytes(const Operand& in, bool descending);
+/// The contract's sort: stable, NaN largest, contiguous [rows, n] along the last dim.
+int sort(const Operand& values, const Operand& indices, const Operand& in, bool descending, void* workspace,
+         std::size_t bytes, void* stream);
+/// The contract's searchsorted.
+int searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right, void* stream);
 
 }  // namespace brrr::kernels
