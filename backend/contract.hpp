@@ -512,6 +512,16 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      `sorted` ([rows, n], ascending; rows 1 broadcasts) where it could be inserted keeping the order: the first     \
      sorted >= v, or > v when `right`. Both contiguous, one dtype. */                                               \
   X(searchsorted, (const Operand& out, const Operand& sorted, const Operand& values, bool right))                   \
+  /* Fused attention (FlashAttention-2) of 4-D [B, H, L|S, D] q, k, v (one floating dtype, last stride 1, D <=     \
+     128): out [B, H, L, D] (q's dtype, last stride 1) = softmax(scale q k^T, causal: keys j <= i only) v, and lse \
+     [B, H, L] (contiguous, f32; f64 for f64) = each row's log-sum-exp of its scaled scores. S >= 1. */            \
+  X(attention_forward, (const Operand& out, const Operand& lse, const Operand& q, const Operand& k,                 \
+                        const Operand& v, double scale, bool causal))                                               \
+  /* Its gradients dq, dk, dv (shapes and dtypes of q, k, v; last stride 1) from dout (out's shape), q, k, v, out   \
+     and lse as attention_forward wrote them; the probabilities are recomputed from lse. */                         \
+  X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
+                         const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
+                         const Operand& lse, double scale, bool causal))                                            \
   /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
   X(optimizer_step, (const OptimizerStep& step))
 

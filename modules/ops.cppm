@@ -785,6 +785,43 @@ struct TripletMarginOptions {
 /// Identity when not training or p == 0. Error(value) for p outside [0, 1], Error(shape)
 /// for other ranks, Error(dtype) for non-floating inputs.
 [[nodiscard]] Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true);
+/// Options of scaled_dot_product_attention (PyTorch's keyword arguments).
+struct SdpaOptions {
+  /// Broadcastable to [..., L, S]: bool (true = attend, false = masked out) or floating
+  /// (converted to the query's dtype, added to the scores). Undefined: no mask.
+  Tensor attn_mask = {};
+  /// Dropout probability on the attention weights, applied whenever > 0 (PyTorch's rule: pass
+  /// 0 in evaluation). In [0, 1].
+  double dropout_p = 0;
+  /// Lower-triangular mask aligned top-left (key j attends query i when j <= i, PyTorch's
+  /// tril(ones(L, S))); together with attn_mask is Error(value), as PyTorch.
+  bool is_causal = false;
+  /// Multiplies q k^T; unset: 1 / sqrt(E).
+  std::optional<double> scale = std::nullopt;
+};
+/// Attention (Vaswani et al. 2017, eq. 1): softmax(q k^T * scale + mask) v with query
+/// [..., L, E], key [..., S, E], value [..., S, Ev] (batch dims broadcast) -> [..., L, Ev],
+/// PyTorch's semantics including its rows that mask out every key (output and gradients 0,
+/// PyTorch's "safe softmax"). Floating dtypes, one for q, k, v. On CUDA, 4-D f32/bf16/f16
+/// inputs of one [B, H] with E == Ev <= 128, no attn_mask and dropout_p == 0 run the fused
+/// kernel (scaled_dot_product_flash_attention); everything else, and every CPU call, is the
+/// composite of matmul, softmax and dropout (the reference). Errors: Error(shape) for ranks
+/// < 2, mismatched E/S dims or a mask that does not broadcast, Error(dtype) for mixed or
+/// non-floating q/k/v and integer masks, Error(value) for dropout_p outside [0, 1] or a mask
+/// with is_causal.
+[[nodiscard]] Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                  SdpaOptions options = {});
+/// The fused attention of FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with
+/// Better Parallelism and Work Partitioning", algorithms 1 and 2; Dao et al. 2022): q [B, H, L,
+/// D], k and v [B, H, S, D] of one floating dtype, D <= 128, the last dim contiguous (other
+/// strides free) -> [B, H, L, D] (memory laid out as [B, L, H, D], PyTorch's choice, so
+/// transpose(1, 2).reshape({B, L, H * D}) copies nothing). Tiles of K and V in shared memory,
+/// an online softmax, no L x S matrix in memory; the log-sum-exp of each row is kept for
+/// backward, which recomputes the probabilities. CUDA: f32 arithmetic for every dtype; CPU:
+/// the same kernel contract computed in double (a reference for the CUDA kernel). Options
+/// other than is_causal and scale must be their defaults (Error(value)).
+[[nodiscard]] Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                        SdpaOptions options = {});
 /// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed
 /// order instead of with atomics: reproducible to the bit, slower. Off by default.
 void set_deterministic(bool deterministic);
