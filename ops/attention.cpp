@@ -75,6 +75,7 @@ struct FlashParams {
 };
 
 autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
+  // The inputs as given (so that create_graph reaches them), made last-dim contiguous below.
   const Tensor q = c.saved(0), k = c.saved(1), v = c.saved(2);
   Tensor g = c.grad();
   if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
@@ -87,14 +88,15 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
     return {mul(matmul(ds, k), p.scale), mul(matmul(ds.transpose(-2, -1), q), p.scale), dv};
   }
   const Tensor out = c.saved(3), lse = c.saved(4);
+  const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
   Tensor gc = last_dim_contiguous(g.dtype() == q.dtype() ? g : g.to(q.dtype()));
   Tensor dq = empty_bthd(q.shape(), q.dtype(), q.device());
   Tensor dk = empty_bthd(k.shape(), k.dtype(), k.device());
   Tensor dv = empty_bthd(v.shape(), v.dtype(), v.device());
   backend::backend_for(q.device())
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
-                          backend::input(gc, flash), backend::input(q, flash), backend::input(k, flash),
-                          backend::input(v, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
+                          backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
+                          backend::input(vc, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
                           p.causal);
   return {c.needs(0) ? dq : Tensor(), c.needs(1) ? dk : Tensor(), c.needs(2) ? dv : Tensor()};
 }
@@ -135,7 +137,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
                                                   backend::input(v, flash), params.scale, params.causal);
   }
   if (autograd::any_requires_grad({query, key, value}) && out.numel() > 0)
-    autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out}, {q, k, v, out, lse},
+    autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out}, {query, key, value, out, lse},
                      [params](const autograd::Backward& c) { return flash_rule(c, params); });
   return out;
 }

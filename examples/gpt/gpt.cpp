@@ -48,7 +48,7 @@ struct Config {
   std::int64_t iters = 5000, warmup = 100, eval_every = 250, eval_iters = 200, log_every = 10;
   std::string device = "auto", text, save, resume, csv;
   std::uint64_t seed = 1337;
-  bool tiny = false;
+  bool tiny = false, expect_progress = false;
   std::int64_t sample = 0, top_k = 0;
   double temperature = 1.0;
 };
@@ -368,6 +368,8 @@ int main(int argc, char** argv) {
   app.add_option("--sample", cfg.sample, "characters to generate after training")->capture_default_str();
   app.add_option("--temperature", cfg.temperature, "sampling temperature")->capture_default_str();
   app.add_option("--top-k", cfg.top_k, "sample among the k likeliest characters (0: all)")->capture_default_str();
+  app.add_flag("--expect-progress", cfg.expect_progress,
+               "exit with 1 unless the last train-loss estimate is below the first (a smoke test)");
   app.add_option("--seed", cfg.seed, "seed of weights, dropout, batches and sampling")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (cfg.tiny) {
@@ -443,11 +445,13 @@ int main(int argc, char** argv) {
       using clock = std::chrono::steady_clock;
       auto t0 = clock::now();
       std::int64_t tokens_since = 0;
-      double rate = 0;
+      double rate = 0, first_loss = 0, last_loss = 0;
       for (std::int64_t it = 0; it <= cfg.iters; ++it) {
         const double lr = lr_at(cfg, it);
         if (it % cfg.eval_every == 0 || it == cfg.iters) {
           auto [tl, vl] = estimate(handle, *model, train, val, cfg);
+          if (it == 0) first_loss = tl;
+          last_loss = tl;
           std::printf("%sstep %lld: train loss %.4f, val loss %.4f\n", is_tty() ? "\n" : "", static_cast<long long>(it),
                       tl, vl);
           if (csv) {
@@ -483,6 +487,10 @@ int main(int argc, char** argv) {
         }
       }
       if (csv) std::fclose(csv);
+      if (cfg.expect_progress && !(last_loss < first_loss)) {
+        std::fprintf(stderr, "gpt: the train loss did not fall (%.4f -> %.4f)\n", first_loss, last_loss);
+        return 1;
+      }
     }
     if (!cfg.save.empty()) {
       io::TensorMap tensors;
