@@ -244,7 +244,7 @@ TEST_CASE("sdpa dropout: the seed's dropout of the attention weights") {
                               -inf);
   Tensor want = matmul(dropout(softmax(scores, -1), 0.25, true), v);
   testing::assert_close(y, want, tight());
-  CHECK(!allclose(y, scaled_dot_product_attention(q, k, v, {.is_causal = true})));
+  CHECK(!testing::allclose(y, scaled_dot_product_attention(q, k, v, {.is_causal = true})));
 }
 
 TEST_CASE("sdpa against PyTorch (fixtures)") {
@@ -261,7 +261,7 @@ TEST_CASE("sdpa against PyTorch (fixtures)") {
     SdpaOptions o = opts(name);
     replay("attention.safetensors", name,
            [o](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], o); });
-    if (!o.attn_mask.defined() && m.at(name + ".in0").dim() == 4)
+    if (!o.attn_mask.defined() && m.at(name + ".in0").dim() == 4 && m.at(name + ".in2").size(-1) == m.at(name + ".in0").size(-1))
       replay("attention.safetensors", name,
              [o](const std::vector<Tensor>& x) { return scaled_dot_product_flash_attention(x[0], x[1], x[2], o); });
   }
