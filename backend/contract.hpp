@@ -162,10 +162,12 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(softsign, "softsign", promote)
 
 /// Elementwise functions of one operand: X(op, name, integers). `name` is the public op's
-/// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused)
-/// or promote (integer and bool inputs compute in f32, as PyTorch's floating functions). The
-/// kernels exist for floating dtypes, and for integers when `keep`. clamp takes its bounds as
-/// lo/hi (-inf/+inf when absent; NaN stays NaN).
+/// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused),
+/// promote (integer and bool inputs compute in f32, as PyTorch's floating functions) or only
+/// (integer kernels only: the op layer refuses floats). The kernels exist for floating dtypes
+/// unless `only`, and for integers unless `promote`. Parameters p0/p1: clamp's bounds lo/hi
+/// (-inf/+inf when absent; NaN stays NaN); round's decimals (p0); nan_to_num's replacements
+/// of -inf/+inf (p0/p1; NaN becomes 0).
 #define BRRR_UNARY_OPS(X)             \
   X(neg, "neg", keep)                 \
   X(abs, "abs", keep)                 \
@@ -185,17 +187,43 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(cos, "cos", promote)              \
   X(erf, "erf", promote)              \
   X(sign, "sign", keep)               \
-  X(clamp, "clamp", keep)
+  X(clamp, "clamp", keep)             \
+  X(tan, "tan", promote)              \
+  X(asin, "asin", promote)            \
+  X(acos, "acos", promote)            \
+  X(atan, "atan", promote)            \
+  X(sinh, "sinh", promote)            \
+  X(cosh, "cosh", promote)            \
+  X(expm1, "expm1", promote)          \
+  X(log2, "log2", promote)            \
+  X(log10, "log10", promote)          \
+  X(exp2, "exp2", promote)            \
+  X(erfc, "erfc", promote)            \
+  X(erfinv, "erfinv", promote)        \
+  X(lgamma, "lgamma", promote)        \
+  X(digamma, "digamma", promote)      \
+  X(trigamma, "polygamma", promote)   \
+  X(floor, "floor", keep)             \
+  X(ceil, "ceil", keep)               \
+  X(round, "round", keep)             \
+  X(trunc, "trunc", keep)             \
+  X(frac, "frac", promote)            \
+  X(reciprocal, "reciprocal", promote) \
+  X(square, "square", keep)           \
+  X(nan_to_num, "nan_to_num", keep)   \
+  X(bitwise_not, "bitwise_not", only)
 
 /// Elementwise functions of two operands of one dtype: X(op, name, kind). Kinds:
-/// arithmetic (the result has the operands' dtype), comparison (writes bool), rounding (the
-/// rounding divisions: on integers a zero divisor is reported, Error(value) on the CPU, the
-/// deferred device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad.
+/// arithmetic (the result has the operands' dtype), floating (likewise, but integer and bool
+/// operands compute in f32, as true division), comparison (writes bool; the logical ops are
+/// comparisons with zero), bitwise (integers and bool only), rounding (the rounding
+/// divisions: on integers a zero divisor is reported, Error(value) on the CPU, the deferred
+/// device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad.
 #define BRRR_BINARY_OPS(X)                                        \
   X(add, "add", arithmetic)                                       \
   X(sub, "sub", arithmetic)                                       \
   X(mul, "mul", arithmetic)                                       \
-  X(div, "div", arithmetic)                                       \
+  X(div, "div", floating)                                         \
   X(pow, "pow", arithmetic)                                       \
   X(maximum, "maximum", arithmetic)                               \
   X(minimum, "minimum", arithmetic)                               \
@@ -209,7 +237,20 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(trunc_divide, "div (rounding_mode trunc)", rounding)          \
   X(remainder, "remainder", rounding)                             \
   X(fmod, "fmod", rounding)                                       \
-  X(relu_backward, "relu_backward", arithmetic)
+  X(relu_backward, "relu_backward", arithmetic)                   \
+  X(atan2, "atan2", floating)                                     \
+  X(hypot, "hypot", floating)                                     \
+  X(logaddexp, "logaddexp", floating)                             \
+  X(xlogy, "xlogy", floating)                                     \
+  X(copysign, "copysign", floating)                               \
+  X(logical_and, "logical_and", comparison)                       \
+  X(logical_or, "logical_or", comparison)                         \
+  X(logical_xor, "logical_xor", comparison)                       \
+  X(bitwise_and, "bitwise_and", bitwise)                          \
+  X(bitwise_or, "bitwise_or", bitwise)                            \
+  X(bitwise_xor, "bitwise_xor", bitwise)                          \
+  X(bitwise_left_shift, "bitwise_left_shift", bitwise)            \
+  X(bitwise_right_shift, "bitwise_right_shift", bitwise)
 
 /// Reductions over a dims mask: X(op, name). max/min optionally write the index along a
 /// single reduced dim.
@@ -217,6 +258,16 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(sum, "sum")            \
   X(max, "max")            \
   X(min, "min")
+
+/// Inclusive scans along the last dim of a contiguous [rows, n] operand: X(op, name).
+/// cummax/cummin also write the index of the running extreme (the last one on ties; a NaN
+/// is the extreme once seen, PyTorch's rule).
+#define BRRR_SCAN_OPS(X)          \
+  X(cumsum, "cumsum")             \
+  X(cumprod, "cumprod")           \
+  X(cummax, "cummax")             \
+  X(cummin, "cummin")             \
+  X(logcumsumexp, "logcumsumexp")
 
 /// The ops whose kernels validate their inputs: X(op, name, kind). The CPU kernels throw at
 /// the call (kind index: Error(index); division: Error(value)); the CUDA kernels store the
@@ -238,14 +289,15 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
 enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
 enum class BinaryOp : std::uint8_t { BRRR_BINARY_OPS(BRRR_ENUMERATOR) };
 enum class ReduceOp : std::uint8_t { BRRR_REDUCE_OPS(BRRR_ENUMERATOR) };
+enum class ScanOp : std::uint8_t { BRRR_SCAN_OPS(BRRR_ENUMERATOR) };
 /// 0 is no op: a clear deferred error flag.
 enum class CheckedOp : std::uint8_t { none, BRRR_CHECKED_OPS(BRRR_ENUMERATOR) };
 #undef BRRR_ENUMERATOR
 
 /// How a unary op treats integer inputs (the third column of BRRR_UNARY_OPS).
-enum class Integers : std::uint8_t { keep, promote };
+enum class Integers : std::uint8_t { keep, promote, only };
 /// What a binary op computes (the third column of BRRR_BINARY_OPS).
-enum class BinaryKind : std::uint8_t { arithmetic, comparison, rounding };
+enum class BinaryKind : std::uint8_t { arithmetic, floating, comparison, bitwise, rounding };
 
 #define BRRR_NAME_CASE(E, op, name, ...) \
   case E::op: return name;
@@ -268,7 +320,9 @@ BRRR_HD constexpr Integers integers_of(UnaryOp op) {
   }
   return Integers::promote;
 }
-BRRR_HD constexpr bool keeps_integers(UnaryOp op) { return integers_of(op) == Integers::keep; }
+BRRR_HD constexpr bool keeps_integers(UnaryOp op) { return integers_of(op) != Integers::promote; }
+/// Whether a unary op has kernels for floating dtypes (all but the integer-only ones).
+BRRR_HD constexpr bool takes_floats(UnaryOp op) { return integers_of(op) != Integers::only; }
 BRRR_HD constexpr const char* name_of(BinaryOp op) {
   switch (op) {
 #define BRRR_CASE(op, name, kind) BRRR_NAME_CASE(BinaryOp, op, name)
@@ -287,10 +341,22 @@ BRRR_HD constexpr BinaryKind kind_of(BinaryOp op) {
 }
 BRRR_HD constexpr bool is_comparison(BinaryOp op) { return kind_of(op) == BinaryKind::comparison; }
 BRRR_HD constexpr bool is_rounding_division(BinaryOp op) { return kind_of(op) == BinaryKind::rounding; }
+/// Whether a binary op computes integer operands in f32 (true division, atan2, ...).
+BRRR_HD constexpr bool is_floating_only(BinaryOp op) { return kind_of(op) == BinaryKind::floating; }
+/// Whether a binary op exists for integers and bool only.
+BRRR_HD constexpr bool is_bitwise(BinaryOp op) { return kind_of(op) == BinaryKind::bitwise; }
 BRRR_HD constexpr const char* name_of(ReduceOp op) {
   switch (op) {
 #define BRRR_CASE(op, name) BRRR_NAME_CASE(ReduceOp, op, name)
     BRRR_REDUCE_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
+BRRR_HD constexpr const char* name_of(ScanOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name) BRRR_NAME_CASE(ScanOp, op, name)
+    BRRR_SCAN_OPS(BRRR_CASE)
 #undef BRRR_CASE
   }
   return "?";
@@ -336,6 +402,14 @@ template <class F> void with_op(BinaryOp op, F&& f) {
 #define BRRR_CASE(op, ...) \
   case BinaryOp::op: return f.template operator()<BinaryOp::op>();
     BRRR_BINARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+}
+template <class F> void with_op(ScanOp op, F&& f) {
+  switch (op) {
+#define BRRR_CASE(op, ...) \
+  case ScanOp::op: return f.template operator()<ScanOp::op>();
+    BRRR_SCAN_OPS(BRRR_CASE)
 #undef BRRR_CASE
   }
 }
@@ -431,6 +505,27 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   X(cross_entropy_backward, (const Operand& grad_logits, const Operand& logits, const Operand& lse,                 \
                              const Operand& target, const Operand& grad, bool per_row, const Operand* count,        \
                              std::int64_t ignore_index, double label_smoothing))                                    \
+  /* Inclusive scan along the last dim of contiguous [rows, n] `in` into contiguous `out` of the same shape and    \
+     dtype (the op layer converts integers to i64 for cumsum/cumprod; logcumsumexp is floating only), accumulated  \
+     in accumulate_t; cummax/cummin write the i64 index of the running extreme into `indices` (else nullptr). */     \
+  X(scan, (ScanOp op, const Operand& out, const Operand& in, const Operand* indices))                              \
+  /* Stable sort of each row of contiguous [rows, n] `in` (any dtype): sorted `values` (in's dtype) and their i64   \
+     positions `indices`, both contiguous [rows, n]; NaN sorts as the largest value, -0.0 equals 0.0. */            \
+  X(sort, (const Operand& values, const Operand& indices, const Operand& in, bool descending))                     \
+  /* out (i64, [rows, m]) = for each value of row r of `values` ([rows, m]), the first position in row r of         \
+     `sorted` ([rows, n], ascending; rows 1 broadcasts) where it could be inserted keeping the order: the first     \
+     sorted >= v, or > v when `right`. Both contiguous, one dtype. */                                               \
+  X(searchsorted, (const Operand& out, const Operand& sorted, const Operand& values, bool right))                   \
+  /* Fused attention (FlashAttention-2) of 4-D [B, H, L|S, D] q, k, v (one floating dtype, last stride 1, D <=     \
+     128): out [B, H, L, D] (q's dtype, last stride 1) = softmax(scale q k^T, causal: keys j <= i only) v, and lse \
+     [B, H, L] (contiguous, f32; f64 for f64) = each row's log-sum-exp of its scaled scores. S >= 1. */            \
+  X(attention_forward, (const Operand& out, const Operand& lse, const Operand& q, const Operand& k,                 \
+                        const Operand& v, double scale, bool causal))                                               \
+  /* Its gradients dq, dk, dv (shapes and dtypes of q, k, v; last stride 1) from dout (out's shape), q, k, v, out   \
+     and lse as attention_forward wrote them; the probabilities are recomputed from lse. */                         \
+  X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
+                         const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
+                         const Operand& lse, double scale, bool causal))                                            \
   /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
   X(optimizer_step, (const OptimizerStep& step))
 

@@ -4,6 +4,9 @@
 //   enqueue_add_1024[_autograd]_us   host time to enqueue one 1024-element f32 add
 //   alloc_free_1MiB_ns               host time of a cached 1 MiB device alloc + free pair
 //   add_256M_f32_GBps, sum_256M_f32_GBps, softmax_65536x4096_f32_GBps   bandwidth
+//   cumsum_{65536x4096,64M}_f32_GBps  topk_65536x4096_k16_f32_ms  topk_64M_k1024_f32_ms  (issue 17)
+//   sdpa_64x6x256x64_bf16_causal_{fwd,fwd_bwd}_ms   scaled_dot_product_attention at the GPT's
+//                                    shape (issue 19), q, k, v [64, 6, 256, 64] requiring grad
 //   gemm_8192_{fp32,tf32,bf16}_TFLOPs                                   8192^3 matmul
 //   mlp_step_784_1024_1024_10_b256_sgd_ms   one SGD-momentum training step (TF32 off)
 //   mlp_step_peak_MiB                peak allocated during that step minus allocated before it
@@ -64,6 +67,41 @@ void bandwidth(Device dev, Results& r) {
     Tensor x = randn({rows, cols}, {.device = dev});
     r["softmax_65536x4096_f32_GBps"] =
         bench::gbps(2.0 * rows * cols * 4, bench::time_ms(dev, 3, 20, [&] { Tensor y = softmax(x, -1); }));
+  }
+}
+
+// Issue 17's scans and sorts: cumsum (bandwidth: one read, one write) along rows of a
+// matrix and along one long vector; topk along rows and of one long vector (ms).
+// Issue 19: causal attention at nanoGPT shakespeare-char's shape, forward and forward +
+// backward (the gradients of q, k and v).
+void attention(Device dev, Results& r) {
+  const TensorOptions o{.dtype = DType::bf16, .device = dev, .requires_grad = true};
+  Tensor q = randn({64, 6, 256, 64}, o), k = randn({64, 6, 256, 64}, o), v = randn({64, 6, 256, 64}, o);
+  Tensor g = randn({64, 6, 256, 64}, {.dtype = DType::bf16, .device = dev});
+  const SdpaOptions causal{.is_causal = true};
+  r["sdpa_64x6x256x64_bf16_causal_fwd_ms"] = bench::time_ms(dev, 3, 20, [&] {
+    NoGradGuard no_grad;
+    Tensor y = scaled_dot_product_attention(q, k, v, causal);
+  });
+  r["sdpa_64x6x256x64_bf16_causal_fwd_bwd_ms"] = bench::time_ms(dev, 3, 20, [&] {
+    Tensor y = scaled_dot_product_attention(q, k, v, causal);
+    y.backward(g);
+  });
+}
+
+void scans_sorts(Device dev, Results& r) {
+  {
+    const std::int64_t rows = 65536, cols = 4096;
+    Tensor x = randn({rows, cols}, {.device = dev});
+    r["cumsum_65536x4096_f32_GBps"] =
+        bench::gbps(2.0 * rows * cols * 4, bench::time_ms(dev, 3, 20, [&] { Tensor y = cumsum(x, -1); }));
+    r["topk_65536x4096_k16_f32_ms"] = bench::time_ms(dev, 2, 10, [&] { ValuesIndices t = topk(x, 16, -1); });
+  }
+  {
+    const std::int64_t n = std::int64_t(1) << 26;
+    Tensor v = randn({n}, {.device = dev});
+    r["cumsum_64M_f32_GBps"] = bench::gbps(2.0 * n * 4, bench::time_ms(dev, 3, 20, [&] { Tensor y = cumsum(v, 0); }));
+    r["topk_64M_k1024_f32_ms"] = bench::time_ms(dev, 2, 10, [&] { ValuesIndices t = topk(v, 1024); });
   }
 }
 
@@ -233,6 +271,8 @@ int main(int argc, char** argv) {
   };
   run("host costs", [&] { host_costs(dev, r); });
   run("bandwidth", [&] { bandwidth(dev, r); });
+  run("scans and sorts", [&] { scans_sorts(dev, r); });
+  run("attention", [&] { attention(dev, r); });
   run("gemm", [&] { gemm(dev, r); });
   run("mlp step", [&] { mlp_step(dev, r); });
   if (std::filesystem::is_directory(dir))

@@ -18,7 +18,8 @@ UNITS = {  # suffix -> (unit as printed, lower is better)
 SYSTEMS = ["brrr", "pytorch", "libtorch"]
 # Table order: the order of workloads; keys not listed follow, sorted.
 ORDER = ["enqueue_add_1024_us", "enqueue_add_1024_autograd_us", "alloc_free_1MiB_ns", "add_256M_f32_GBps",
-         "sum_256M_f32_GBps", "softmax_65536x4096_f32_GBps", "gemm_8192_fp32_TFLOPs", "gemm_8192_tf32_TFLOPs",
+         "sum_256M_f32_GBps", "softmax_65536x4096_f32_GBps", "cumsum_65536x4096_f32_GBps", "cumsum_64M_f32_GBps",
+         "topk_65536x4096_k16_f32_ms", "topk_64M_k1024_f32_ms", "gemm_8192_fp32_TFLOPs", "gemm_8192_tf32_TFLOPs",
          "gemm_8192_bf16_TFLOPs", "mlp_step_784_1024_1024_10_b256_sgd_ms", "mlp_step_peak_MiB", "mlp_step_total_MiB",
          "fashion_mnist_mlp_epoch_ms", "h2d_256MiB_pinned_GBps", "h2d_256MiB_pageable_GBps"]
 

@@ -106,6 +106,21 @@ void bandwidth(Results& r) {
   }
 }
 
+void scans_sorts(Results& r) {
+  {
+    const std::int64_t rows = 65536, cols = 4096;
+    auto x = torch::randn({rows, cols}, on_gpu());
+    r["cumsum_65536x4096_f32_GBps"] = gbps(2.0 * rows * cols * 4, time_ms(3, 20, [&] { auto y = torch::cumsum(x, -1); }));
+    r["topk_65536x4096_k16_f32_ms"] = time_ms(2, 10, [&] { auto t = torch::topk(x, 16, -1); });
+  }
+  {
+    const std::int64_t n = std::int64_t(1) << 26;
+    auto v = torch::randn({n}, on_gpu());
+    r["cumsum_64M_f32_GBps"] = gbps(2.0 * n * 4, time_ms(3, 20, [&] { auto y = torch::cumsum(v, 0); }));
+    r["topk_64M_k1024_f32_ms"] = time_ms(2, 10, [&] { auto t = torch::topk(v, 1024); });
+  }
+}
+
 void gemm(Results& r) {
   const std::int64_t n = 8192;
   auto a = torch::randn({n, n}, on_gpu()), b = torch::randn({n, n}, on_gpu());
@@ -291,6 +306,7 @@ int main(int argc, char** argv) {
   };
   run("host costs", [&] { host_costs(r); });
   run("bandwidth", [&] { bandwidth(r); });
+  run("scans and sorts", [&] { scans_sorts(r); });
   run("gemm", [&] { gemm(r); });
   run("mlp step", [&] { mlp_step(r); });
   if (std::filesystem::is_directory(dir))

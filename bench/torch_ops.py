@@ -69,6 +69,34 @@ def bandwidth(dev, r):
     r["softmax_65536x4096_f32_GBps"] = gbps(2 * rows * cols * 4, time_ms(lambda: torch.softmax(x, -1), 3, 20))
 
 
+def attention(dev, r):
+    # F.scaled_dot_product_attention picks its flash kernel for bf16 on the H200.
+    q, k, v = (torch.randn(64, 6, 256, 64, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    g = torch.randn(64, 6, 256, 64, device=dev, dtype=torch.bfloat16)
+
+    def fwd():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def fwd_bwd():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+
+    r["sdpa_64x6x256x64_bf16_causal_fwd_ms"] = time_ms(fwd, 3, 20)
+    r["sdpa_64x6x256x64_bf16_causal_fwd_bwd_ms"] = time_ms(fwd_bwd, 3, 20)
+
+
+def scans_sorts(dev, r):
+    rows, cols = 65536, 4096
+    x = torch.randn(rows, cols, device=dev)
+    r["cumsum_65536x4096_f32_GBps"] = gbps(2 * rows * cols * 4, time_ms(lambda: torch.cumsum(x, -1), 3, 20))
+    r["topk_65536x4096_k16_f32_ms"] = time_ms(lambda: torch.topk(x, 16, -1), 2, 10)
+    del x
+    n = 1 << 26
+    v = torch.randn(n, device=dev)
+    r["cumsum_64M_f32_GBps"] = gbps(2 * n * 4, time_ms(lambda: torch.cumsum(v, 0), 3, 20))
+    r["topk_64M_k1024_f32_ms"] = time_ms(lambda: torch.topk(v, 1024), 2, 10)
+
+
 def gemm(dev, r):
     n = 8192
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
@@ -227,6 +255,8 @@ def main():
     torch.manual_seed(0)
     r, failed = {}, 0
     workloads = [("host costs", lambda: host_costs(dev, r)), ("bandwidth", lambda: bandwidth(dev, r)),
+                 ("scans and sorts", lambda: scans_sorts(dev, r)),
+                 ("attention", lambda: attention(dev, r)),
                  ("gemm", lambda: gemm(dev, r)), ("mlp step", lambda: mlp_step(dev, r))]
     if os.path.isdir(args.data):
         workloads.append(("fashion_mnist epoch", lambda: fashion_mnist_epoch(dev, args.data, r)))

@@ -12,6 +12,7 @@ module;
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/contract.hpp"  // Window2d
@@ -92,6 +93,52 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadca
 /// Elementwise max/min; ties send half the gradient to each input (PyTorch).
 [[nodiscard]] Tensor maximum(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor minimum(const Tensor& a, const Tensor& b);
+
+/// Floating binary functions: broadcast, promoted; integer and bool operands compute in f32.
+/// atan2(input, other) = the angle of (other, input) in [-pi, pi]; hypot = sqrt(a^2 + b^2)
+/// without overflow; logaddexp = log(e^a + e^b), stable; xlogy = a log(b), 0 where a == 0
+/// (unless b is NaN); copysign = |a| with b's sign (including -0.0). Gradients as PyTorch's
+/// derivatives.yaml (copysign: 0 for `other`; xlogy: 0 for `input` where a == 0 and b <= 0).
+[[nodiscard]] Tensor atan2(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor hypot(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor logaddexp(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor xlogy(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor xlogy(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor xlogy(Scalar input, const Tensor& other);
+[[nodiscard]] Tensor copysign(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor copysign(const Tensor& input, Scalar other);
+/// input + weight * (end - input); input, end and weight floating (Error(dtype)), broadcast.
+[[nodiscard]] Tensor lerp(const Tensor& input, const Tensor& end, const Tensor& weight);
+[[nodiscard]] Tensor lerp(const Tensor& input, const Tensor& end, Scalar weight);
+/// clamp with tensor bounds (either may be undefined, not both: Error(value)), broadcast and
+/// promoted: minimum(maximum(x, min), max), so max wins where min > max and NaN (in x or a
+/// bound) propagates. Gradients (PyTorch 2.x's): with one bound those of maximum/minimum;
+/// with both, to whichever of x, min, max the result is (half each on a tie of x with a
+/// bound, x at a NaN x, max wherever min > max). The number-bound forms are below.
+[[nodiscard]] Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max);
+[[nodiscard]] Tensor clamp_min(const Tensor& x, const Tensor& min);
+[[nodiscard]] Tensor clamp_max(const Tensor& x, const Tensor& max);
+
+/// Logical ops: any dtypes (x != 0 is true; NaN is true), broadcast -> bool.
+[[nodiscard]] Tensor logical_and(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor logical_or(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor logical_xor(const Tensor& input, const Tensor& other);
+/// x == 0, -> bool.
+[[nodiscard]] Tensor logical_not(const Tensor& x);
+/// Bitwise ops on integer and bool tensors (shifts: integers only); floats are Error(dtype).
+/// Shifts as PyTorch's: by a negative count or by the width or more, left gives 0 and right
+/// the sign fill (-1 or 0). bitwise_not of bool is logical_not.
+[[nodiscard]] Tensor bitwise_and(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_and(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_or(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_or(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_xor(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_xor(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_left_shift(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_left_shift(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_right_shift(const Tensor& input, const Tensor& other);
+[[nodiscard]] Tensor bitwise_right_shift(const Tensor& input, Scalar other);
+[[nodiscard]] Tensor bitwise_not(const Tensor& x);
 
 /// Comparisons: broadcast, compare in the promoted dtype, -> bool. Not differentiable.
 [[nodiscard]] Tensor eq(const Tensor& a, const Tensor& b);
@@ -194,6 +241,53 @@ Tensor& operator/=(Tensor& a, Scalar b);
 [[nodiscard]] Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 [[nodiscard]] Tensor clamp_min(const Tensor& x, double min);
 [[nodiscard]] Tensor clamp_max(const Tensor& x, double max);
+/// Trigonometric and hyperbolic functions (integers promote to f32). Gradients: tan 1 + tan^2,
+/// asin 1/sqrt(1 - x^2), acos -1/sqrt(1 - x^2), atan 1/(1 + x^2), sinh cosh, cosh sinh.
+[[nodiscard]] Tensor tan(const Tensor& x);
+[[nodiscard]] Tensor asin(const Tensor& x);
+[[nodiscard]] Tensor acos(const Tensor& x);
+[[nodiscard]] Tensor atan(const Tensor& x);
+[[nodiscard]] Tensor sinh(const Tensor& x);
+[[nodiscard]] Tensor cosh(const Tensor& x);
+/// e^x - 1, accurate near 0.
+[[nodiscard]] Tensor expm1(const Tensor& x);
+[[nodiscard]] Tensor log2(const Tensor& x);
+[[nodiscard]] Tensor log10(const Tensor& x);
+/// 2^x.
+[[nodiscard]] Tensor exp2(const Tensor& x);
+/// 1 - erf(x), accurate for large x.
+[[nodiscard]] Tensor erfc(const Tensor& x);
+/// Inverse of erf on [-1, 1]: +-inf at +-1, NaN outside (Giles 2011 refined by Newton steps).
+[[nodiscard]] Tensor erfinv(const Tensor& x);
+/// ln |Gamma(x)|; inf at the non-positive integers. Gradient digamma(x).
+[[nodiscard]] Tensor lgamma(const Tensor& x);
+/// psi(x) = d/dx ln Gamma(x): -inf at +0, NaN at the negative integers (PyTorch). Gradient
+/// polygamma(1, x).
+[[nodiscard]] Tensor digamma(const Tensor& x);
+/// The n-th derivative of digamma, for n = 0 (digamma) and n = 1 (trigamma) only (Error(value)
+/// otherwise); polygamma(1, x) itself is not differentiable (Error(value) from backward).
+[[nodiscard]] Tensor polygamma(std::int64_t n, const Tensor& x);
+/// Rounding (integers are returned as they are; bool is Error(dtype)); gradient 0.
+/// round: half to even; decimals != 0 rounds x * 10^decimals (floats only), PyTorch's formula.
+[[nodiscard]] Tensor floor(const Tensor& x);
+[[nodiscard]] Tensor ceil(const Tensor& x);
+[[nodiscard]] Tensor round(const Tensor& x, std::int64_t decimals = 0);
+[[nodiscard]] Tensor trunc(const Tensor& x);
+/// x - trunc(x), floating only (Error(dtype)); gradient 1.
+[[nodiscard]] Tensor frac(const Tensor& x);
+/// 1 / x (integers promote to f32).
+[[nodiscard]] Tensor reciprocal(const Tensor& x);
+/// x * x; integers keep their dtype, bool gives i64 (PyTorch).
+[[nodiscard]] Tensor square(const Tensor& x);
+/// NaN -> nan (default 0), +inf -> posinf, -inf -> neginf (default: the dtype's largest and
+/// lowest finite values). Integers: a copy. Gradient: g where x is finite, else 0.
+[[nodiscard]] Tensor nan_to_num(const Tensor& x, std::optional<double> nan = 0.0,
+                                std::optional<double> posinf = std::nullopt,
+                                std::optional<double> neginf = std::nullopt);
+/// Classification -> bool (integers: never NaN or inf).
+[[nodiscard]] Tensor isnan(const Tensor& x);
+[[nodiscard]] Tensor isinf(const Tensor& x);
+[[nodiscard]] Tensor isfinite(const Tensor& x);
 
 // ---------------------------------------------------------------------------------------
 // Activations (ops/activation.cpp): same shape and dtype, floating dtypes (integer and bool
@@ -244,10 +338,15 @@ Tensor& operator/=(Tensor& a, Scalar b);
 // ---------------------------------------------------------------------------------------
 
 /// Sum: floating dtypes keep their dtype; integers and bool give i64 (PyTorch).
-[[nodiscard]] Tensor sum(const Tensor& x, DimList dims = {}, bool keepdim = false);
+/// `dtype`: x is converted to it first (differentiably), PyTorch's dtype argument: e.g. a
+/// bf16 sum accumulated and returned in f32, or an i32 sum kept in i32 instead of i64.
+[[nodiscard]] Tensor sum(const Tensor& x, DimList dims = {}, bool keepdim = false,
+                         std::optional<DType> dtype = std::nullopt);
 /// Mean (floating dtypes only; Error(dtype) otherwise). Empty input gives NaN. bf16/f16:
 /// summed and divided in f32, rounded once.
-[[nodiscard]] Tensor mean(const Tensor& x, DimList dims = {}, bool keepdim = false);
+/// `dtype` (floating): x converted to it first, so integer inputs can be averaged.
+[[nodiscard]] Tensor mean(const Tensor& x, DimList dims = {}, bool keepdim = false,
+                          std::optional<DType> dtype = std::nullopt);
 /// Max/min over all elements (any dtype); NaN propagates. Ties share the gradient evenly
 /// (PyTorch's amax rule); a NaN result sends it to the NaNs. Empty input: Error(value).
 [[nodiscard]] Tensor max(const Tensor& x);
@@ -282,10 +381,102 @@ struct ValuesIndices {
                          bool keepdim = false);
 [[nodiscard]] Tensor std(const Tensor& x, DimList dims = {}, double correction = 1,
                          bool keepdim = false);
+/// (var, mean) and (std, mean) in one call, same arguments as var (PyTorch's var_mean,
+/// std_mean); both differentiable.
+[[nodiscard]] std::pair<Tensor, Tensor> var_mean(const Tensor& x, std::vector<std::int64_t> dims = {},
+                                                 double correction = 1, bool keepdim = false);
+[[nodiscard]] std::pair<Tensor, Tensor> std_mean(const Tensor& x, std::vector<std::int64_t> dims = {},
+                                                 double correction = 1, bool keepdim = false);
+/// Whether all (any) elements are non-zero, over all dims or over `dims` -> bool. Any dtype
+/// (NaN counts as true). Zero elements: true for all, false for any. Not differentiable.
+[[nodiscard]] Tensor all(const Tensor& x);
+[[nodiscard]] Tensor all(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
+[[nodiscard]] Tensor any(const Tensor& x);
+[[nodiscard]] Tensor any(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
+/// The vector ord-norm over `dims` (empty: all): (sum |x|^ord)^(1/ord); inf: max |x|;
+/// -inf: min |x|; 0: the count of non-zeros (gradient 0). Floating inputs (Error(dtype)), or
+/// any input with a floating `dtype` (converted first). bf16/f16 compute in f32. Gradient
+/// x |x|^(ord-2) / norm^(ord-1), 0 where the norm is 0 (PyTorch's norm_backward).
+[[nodiscard]] Tensor vector_norm(const Tensor& x, double ord = 2, std::vector<std::int64_t> dims = {},
+                                 bool keepdim = false, std::optional<DType> dtype = std::nullopt);
 /// log(sum(exp(x))) computed stably: m = amax over dims (a constant for autograd; 0 where it
 /// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool
 /// inputs compute in f32.
 [[nodiscard]] Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim = false);
+// ---------------------------------------------------------------------------------------
+// Scans, sorting, sampling (ops/scan.cpp, ops/sort.cpp, ops/sampling.cpp)
+// ---------------------------------------------------------------------------------------
+
+/// Inclusive cumulative sum / product along dim (0-d: dim 0 or -1). Integer and bool inputs
+/// give i64 (PyTorch), or `dtype` when given (x converted first). Floating accumulation in
+/// accumulate_t (f32 for bf16/f16, rounded per element). Gradients: cumsum the reversed
+/// cumulative sum of g; cumprod exact also where x holds zeros.
+[[nodiscard]] Tensor cumsum(const Tensor& x, std::int64_t dim, std::optional<DType> dtype = std::nullopt);
+[[nodiscard]] Tensor cumprod(const Tensor& x, std::int64_t dim, std::optional<DType> dtype = std::nullopt);
+/// Running max / min along dim with the (i64) index of the element it came from: the last
+/// one on ties, a NaN once one is seen (PyTorch). Any dtype; the gradient goes to the index.
+[[nodiscard]] ValuesIndices cummax(const Tensor& x, std::int64_t dim);
+[[nodiscard]] ValuesIndices cummin(const Tensor& x, std::int64_t dim);
+/// log(cumsum(exp(x))) along dim, stable (floating inputs only, Error(dtype)).
+[[nodiscard]] Tensor logcumsumexp(const Tensor& x, std::int64_t dim);
+/// x reversed along each of `dims` (a copy; an empty list copies). Gradient: flipped back.
+[[nodiscard]] Tensor flip(const Tensor& x, std::vector<std::int64_t> dims);
+/// Sorted values along dim and their (i64) positions. Always stable (`stable` is accepted
+/// for PyTorch's signature): equal elements keep their order, so CPU and CUDA give the same
+/// indices. NaN sorts as the largest value; -0.0 equals 0.0. CUDA: CUB radix sort (one row)
+/// or segmented sort. The gradient goes back to the positions.
+[[nodiscard]] ValuesIndices sort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
+[[nodiscard]] Tensor argsort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
+/// The k largest (smallest unless `largest`) along dim, sorted, with their positions; ties in
+/// the order of sort (stable). k outside [0, size] is Error(index). A sort and a slice.
+[[nodiscard]] ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool largest = true,
+                                 bool sorted = true);
+/// The k-th smallest (k from 1) along dim and its position; Error(index) outside [1, size].
+[[nodiscard]] ValuesIndices kthvalue(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool keepdim = false);
+/// The lower median along dim (element (n - 1) / 2 of the sorted line) and its position; a
+/// line holding NaN gives NaN (the position of a NaN), as PyTorch. median(x): over all
+/// elements (NaN for an empty input).
+[[nodiscard]] ValuesIndices median(const Tensor& x, std::int64_t dim, bool keepdim = false);
+[[nodiscard]] Tensor median(const Tensor& x);
+/// What unique returns: the sorted distinct values, and when asked the (i64) slot of each
+/// input element (input's shape) and the count of each value.
+struct UniqueResult {
+  Tensor values;
+  Tensor inverse;
+  Tensor counts;
+};
+/// The distinct elements of x (flattened), always sorted; NaNs are each distinct. The number
+/// of values depends on the data: it is read back to the host (one counted sync on CUDA;
+/// fails under SyncPolicy::error). Not differentiable.
+[[nodiscard]] UniqueResult unique(const Tensor& x, bool sorted = true, bool return_inverse = false,
+                                  bool return_counts = false);
+/// Counts (or sums `weights`, same shape) per value of a 1-D non-negative integer input, in
+/// max(max(input) + 1, minlength) bins: i64 counts, or weights' dtype (f64 for integer
+/// weights). Negative input: Error(value). The size is read back (one counted sync on CUDA).
+[[nodiscard]] Tensor bincount(const Tensor& input, const Tensor& weights = {}, std::int64_t minlength = 0);
+/// For each value, the index in the last dim of `sorted_sequence` (ascending; 1-D for all
+/// values, or N-D with values' leading dims) where it would be inserted: the first element
+/// >= value, or > value when `right`. i64 (i32 when out_int32), values' shape.
+[[nodiscard]] Tensor searchsorted(const Tensor& sorted_sequence, const Tensor& values, bool out_int32 = false,
+                                  bool right = false);
+/// 0/1 samples with probabilities p (p's dtype), or with one probability p in [0, 1] for
+/// x's shape and dtype: u < p for u = rand() of the seeded generator, so a seed gives the
+/// same samples on CPU and GPU.
+[[nodiscard]] Tensor bernoulli(const Tensor& p);
+[[nodiscard]] Tensor bernoulli(const Tensor& x, double p);
+/// mean + std * randn() broadcast (std >= 0: checked on the CPU, and for a number std).
+/// Not differentiable (PyTorch gives zero gradients).
+[[nodiscard]] Tensor normal(const Tensor& mean, const Tensor& std);
+[[nodiscard]] Tensor normal(const Tensor& mean, double std);
+[[nodiscard]] Tensor normal(double mean, const Tensor& std);
+/// num_samples category indices (i64) per row of non-negative weights [k] or [rows, k]:
+/// with replacement by inversion of the cumulative weights at rand() points; without by the
+/// exponential race (top num_samples of w / E, E ~ Exp(1), Efraimidis & Spirakis 2006, as
+/// PyTorch). Draws come from the seeded Philox stream: a seed gives the same samples on CPU
+/// and GPU. Weights are checked (finite, >= 0, a positive one per row, enough for the
+/// samples without replacement) on the CPU only: on CUDA that would be a host sync.
+[[nodiscard]] Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replacement = false);
+
 // ---------------------------------------------------------------------------------------
 // Linear algebra
 // ---------------------------------------------------------------------------------------
@@ -297,13 +488,93 @@ struct ValuesIndices {
 /// Throws Error(shape) e.g. "matmul: shapes [32, 784] and [128, 10] cannot be multiplied
 /// (784 != 128)".
 [[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b);
-/// matmul of two 2-D tensors [n, k] x [k, m] (PyTorch's mm); Error(shape) for other ranks.
-[[nodiscard]] Tensor mm(const Tensor& a, const Tensor& b);
 /// Allow TF32 tensor-core math for f32 matmul on CUDA (10-bit mantissa products, f32
 /// accumulate; ~3e-4 relative error). Off by default, like PyTorch's
 /// torch.backends.cuda.matmul.allow_tf32.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+/// 2-D x 2-D (mm) and 3-D x 3-D with one batch size (bmm) products; Error(shape) otherwise.
+[[nodiscard]] Tensor mm(const Tensor& a, const Tensor& mat2);
+[[nodiscard]] Tensor bmm(const Tensor& a, const Tensor& mat2);
+/// beta input + alpha mat1 @ mat2 (input broadcast; beta = 0 ignores input, NaN included).
+[[nodiscard]] Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double beta = 1,
+                           double alpha = 1);
+[[nodiscard]] Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1,
+                             double alpha = 1);
+/// input + value t1 t2, input + value t1 / t2 (broadcast).
+[[nodiscard]] Tensor addcmul(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value = 1);
+[[nodiscard]] Tensor addcdiv(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value = 1);
+/// [n] x [m] -> [n, m].
+[[nodiscard]] Tensor outer(const Tensor& a, const Tensor& vec2);
+/// input @ weight^T + bias: input [..., in], weight [out, in] (or [in]), bias [out] or undefined.
+[[nodiscard]] Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
+/// Contraction over dims_a of a with dims_b of b (sizes equal), or over a's last `dims` with
+/// b's first: [free_a..., free_b...]. One matmul after permutes and reshapes.
+[[nodiscard]] Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<std::int64_t>& dims_a,
+                               const std::vector<std::int64_t>& dims_b);
+[[nodiscard]] Tensor tensordot(const Tensor& a, const Tensor& b, std::int64_t dims = 2);
+/// Einstein summation ("ij,jk->ik", "bij,bjk->bik", "ii->i", "ij->", implicit output when
+/// no "->"): repeated letters in an operand take its diagonal, letters no later operand and
+/// not the output needs are summed first, and each pair of operands (left to right) is one
+/// batched matmul after permutes and reshapes. Letters only (no ellipsis: Error(value)); the
+/// sizes of a letter must agree (no broadcasting of size-1 dims: Error(shape)).
+[[nodiscard]] Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
+/// Product over a dim (or all elements): the last element of cumprod, so the gradient is
+/// exact where x holds zeros. Integers give i64 (or `dtype`); an empty dim gives 1.
+[[nodiscard]] Tensor prod(const Tensor& x, std::int64_t dim, bool keepdim = false,
+                          std::optional<DType> dtype = std::nullopt);
+[[nodiscard]] Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullopt);
+/// vector_norm under PyTorch's older name (p-norm over dims, empty: all).
+[[nodiscard]] Tensor norm(const Tensor& x, double p = 2, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// Matrix norms over two dims (default the last two): "fro"; 1 / -1 (max / min column sum of
+/// |x|), inf / -inf (rows). 2, -2 and "nuc" need an SVD: Error(value).
+[[nodiscard]] Tensor matrix_norm(const Tensor& x, const std::string& ord = "fro", std::vector<std::int64_t> dims = {},
+                                 bool keepdim = false);
+[[nodiscard]] Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// p-norm distances between the rows of x1 [..., P, M] and x2 [..., R, M] -> [..., P, R],
+/// computed from the differences (memory P R M; no cancellation; gradient 0 at distance 0).
+[[nodiscard]] Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2);
+
+// ---------------------------------------------------------------------------------------
+// Shape ops (ops/shape_more.cpp)
+// ---------------------------------------------------------------------------------------
+
+/// x tiled repeats[i] times along dim i (repeats at least x.dim() long; extra leading
+/// entries add dims). A copy.
+[[nodiscard]] Tensor repeat(const Tensor& x, const std::vector<std::int64_t>& repeats);
+/// repeat with reps padded with leading 1s to x.dim() (NumPy's tile).
+[[nodiscard]] Tensor tile(const Tensor& x, std::vector<std::int64_t> reps);
+/// Each element repeated along dim (flattened when no dim): by one number, or by an i64/i32
+/// tensor of counts per element (then the output length is read back: one counted sync).
+[[nodiscard]] Tensor repeat_interleave(const Tensor& x, std::int64_t repeats, std::optional<std::int64_t> dim = std::nullopt);
+[[nodiscard]] Tensor repeat_interleave(const Tensor& x, const Tensor& repeats, std::optional<std::int64_t> dim = std::nullopt);
+/// Elements shifted cyclically by shifts[i] along dims[i] (no dims: over the flattened
+/// tensor, one shift). A copy.
+[[nodiscard]] Tensor roll(const Tensor& x, const std::vector<std::int64_t>& shifts, const std::vector<std::int64_t>& dims = {});
+/// The diagonal `offset` of the dims dim1, dim2, appended as the last dim. A strided view
+/// when x is contiguous in those dims, a copy otherwise (PyTorch: always a view).
+[[nodiscard]] Tensor diagonal(const Tensor& x, std::int64_t offset = 0, std::int64_t dim1 = 0, std::int64_t dim2 = 1);
+/// 1-D -> the square matrix with x on diagonal `diagonal`; 2-D -> that diagonal.
+[[nodiscard]] Tensor diag(const Tensor& x, std::int64_t diagonal = 0);
+/// Sum of the main diagonal of a 2-D tensor.
+[[nodiscard]] Tensor trace(const Tensor& x);
+/// The views x.select(dim, i) for every i.
+[[nodiscard]] std::vector<Tensor> unbind(const Tensor& x, std::int64_t dim = 0);
+/// The dim `source` moved to position `destination` (a view).
+[[nodiscard]] Tensor movedim(const Tensor& x, std::int64_t source, std::int64_t destination);
+/// dim split into `sizes` (one may be -1); Error(shape) when they do not multiply to it.
+[[nodiscard]] Tensor unflatten(const Tensor& x, std::int64_t dim, const Shape& sizes);
+/// `sections` views along dim, the first size % sections one element longer (NumPy's
+/// array_split); or views split before each of `indices`.
+[[nodiscard]] std::vector<Tensor> tensor_split(const Tensor& x, std::int64_t sections, std::int64_t dim = 0);
+[[nodiscard]] std::vector<Tensor> tensor_split(const Tensor& x, const std::vector<std::int64_t>& indices,
+                                               std::int64_t dim = 0);
+/// Coordinate grids of 0-d/1-D tensors (expanded views): "ij" (matrix) or "xy" (Cartesian:
+/// the first two dims swapped).
+[[nodiscard]] std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, const std::string& indexing = "ij");
+/// gather with x and indices broadcast in every dim but `dim` (PyTorch's take_along_dim).
+[[nodiscard]] Tensor take_along_dim(const Tensor& x, const Tensor& indices, std::int64_t dim);
 
 // ---------------------------------------------------------------------------------------
 // Joining and splitting
@@ -327,9 +598,11 @@ bool allow_tf32();
 
 /// softmax along `dim`: exp(x - max) / sum(exp(x - max)), one fused row kernel. A row of all
 /// -inf gives NaN; +inf gives NaN (PyTorch). Floating dtypes.
-[[nodiscard]] Tensor softmax(const Tensor& x, std::int64_t dim = -1);
+/// `dtype` (floating): x converted to it first (PyTorch's dtype argument; e.g. f16 logits
+/// normalised in f32).
+[[nodiscard]] Tensor softmax(const Tensor& x, std::int64_t dim = -1, std::optional<DType> dtype = std::nullopt);
 /// log_softmax along `dim`: x - max - log(sum(exp(x - max))), fused; -inf stays -inf.
-[[nodiscard]] Tensor log_softmax(const Tensor& x, std::int64_t dim = -1);
+[[nodiscard]] Tensor log_softmax(const Tensor& x, std::int64_t dim = -1, std::optional<DType> dtype = std::nullopt);
 
 /// How a loss reduces over elements.
 enum class Reduction : std::uint8_t { none, mean, sum };
@@ -342,17 +615,25 @@ struct CrossEntropyOptions {
   /// Mixes the one-hot target with the uniform distribution (Szegedy et al. 2016, "Rethinking
   /// the Inception Architecture", section 7): loss = (1-e) nll + e * mean_c(-log p_c).
   double label_smoothing = 0;
+  /// A manual rescaling weight per class: floating [C] on the input's device (Error(shape),
+  /// Error(dtype), Error(device) otherwise). Undefined: every class weighs 1. With class
+  /// indices, mean divides by the summed weights of the non-ignored targets (PyTorch).
+  Tensor weight = {};
 };
 /// Cross entropy of logits [N, C] (or [C] with a 0-d target, or [N, C, d...] with target
 /// [N, d...]) and class indices (i64/i32): log_softmax over dim 1 then negative log
 /// likelihood. mean over non-ignored targets; all ignored gives NaN for mean (gradient 0), 0
-/// for sum. Error(dtype) for other target dtypes, Error(shape) for a target shape mismatch,
+/// for sum. A floating target of the input's shape holds class probabilities instead:
+/// -sum_c weight_c t_c log_softmax(x)_c per sample (t smoothed to (1 - e) t + e / C; no
+/// ignore_index), mean over the samples. With a class `weight` the loss is log_softmax then
+/// the weighted pick (not fused). Error(dtype) for other target dtypes, Error(shape) for a target shape mismatch,
 /// Error(index) for a target outside [0, C) that is not ignore_index: at the call on the CPU,
 /// at the next sync point on CUDA (a deferred device error; docs/semantics.md, "Softmax and
 /// losses"). Fused: one kernel forward, one backward.
 [[nodiscard]] Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 /// Negative log likelihood of log-probabilities [N, C] at class indices [N]; same options as
-/// cross_entropy (label_smoothing must be 0).
+/// cross_entropy (label_smoothing must be 0), including the class `weight`: -w[t] log p[t],
+/// mean divided by the summed weights of the non-ignored targets.
 [[nodiscard]] Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options = {});
 /// mean/sum/none of (input - target)^2; shapes broadcast.
 [[nodiscard]] Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
@@ -361,6 +642,77 @@ struct CrossEntropyOptions {
 [[nodiscard]] Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                                       Reduction reduction = Reduction::mean,
                                                       const Tensor& pos_weight = {});
+
+/// |input - target|, broadcast; floating. Gradient sign(d) (0 at 0).
+[[nodiscard]] Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+/// 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2 (Girshick 2015, Fast R-CNN); beta 0
+/// is l1_loss; beta < 0 is Error(value).
+[[nodiscard]] Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                                    double beta = 1.0);
+/// 0.5 d^2 where |d| < delta, else delta (|d| - delta / 2) (Huber 1964); delta must be > 0.
+[[nodiscard]] Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+                                double delta = 1.0);
+/// Options of kl_div. reduction mean averages over every element (PyTorch's "mean");
+/// batchmean = true with reduction sum divides the sum by the batch size (PyTorch's
+/// "batchmean", the KL divergence); batchmean with another reduction is Error(value).
+struct KlDivOptions {
+  Reduction reduction = Reduction::mean;
+  bool batchmean = false;
+  /// target holds log-probabilities: e^t (t - input); else t (log t - input), 0 where t = 0.
+  bool log_target = false;
+};
+/// Kullback-Leibler divergence with `input` holding log-probabilities (PyTorch's kl_div).
+[[nodiscard]] Tensor kl_div(const Tensor& input, const Tensor& target, KlDivOptions options = {});
+/// Binary cross entropy of probabilities `input` (in [0, 1]: checked on the CPU only, since on
+/// CUDA it would need a host sync; Error(value)) and targets of its shape:
+/// -weight (t log x + (1 - t) log(1 - x)), each log clamped at -100 (PyTorch). weight
+/// (optional) broadcasts to the input. Gradient PyTorch's: w (x - t) / max(x (1 - x), 1e-12).
+[[nodiscard]] Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight = {},
+                                          Reduction reduction = Reduction::mean);
+/// Options of poisson_nll_loss.
+struct PoissonNllOptions {
+  bool log_input = true;  ///< e^x - t x; else x - t log(x + eps)
+  bool full = false;      ///< add Stirling's t log t - t + log(2 pi t) / 2 where t > 1
+  double eps = 1e-8;
+  Reduction reduction = Reduction::mean;
+};
+/// Negative log likelihood of a Poisson distribution with rate e^input (or input).
+[[nodiscard]] Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, PoissonNllOptions options = {});
+/// Options of gaussian_nll_loss.
+struct GaussianNllOptions {
+  bool full = false;  ///< add log(2 pi) / 2
+  double eps = 1e-6;  ///< var is clamped to >= eps in the forward (the gradient flows unclamped, as PyTorch)
+  Reduction reduction = Reduction::mean;
+};
+/// (log max(var, eps) + (input - target)^2 / max(var, eps)) / 2. var has the input's shape,
+/// a last dim of 1, or one dim fewer (Error(shape) otherwise); negative entries are
+/// Error(value) (checked on the CPU only: on CUDA a host sync).
+[[nodiscard]] Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor& var,
+                                       GaussianNllOptions options = {});
+/// max(0, -target (input1 - input2) + margin), broadcast; target holds 1 or -1.
+[[nodiscard]] Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                                         double margin = 0, Reduction reduction = Reduction::mean);
+/// Cosine similarity along dim of broadcast x1, x2: sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps))
+/// (PyTorch 2.x's order: each normalised first). The dim is removed.
+[[nodiscard]] Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, std::int64_t dim = 1, double eps = 1e-8);
+/// ||x1 - x2 + eps||_p over the last dim (PyTorch's pairwise_distance).
+[[nodiscard]] Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p = 2, double eps = 1e-6,
+                                       bool keepdim = false);
+/// input1, input2 [N, D] (or [D]) and target [N] of 1 / -1: 1 - cos where y = 1,
+/// max(0, cos - margin) where y = -1, cos with PyTorch's 1e-12 added to each squared norm.
+[[nodiscard]] Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target,
+                                           double margin = 0, Reduction reduction = Reduction::mean);
+/// Options of triplet_margin_loss.
+struct TripletMarginOptions {
+  double margin = 1.0;  ///< > 0 (Error(value))
+  double p = 2;
+  double eps = 1e-6;
+  bool swap = false;  ///< the distance swap of Balntas et al. 2016: min(d(a, n), d(p, n))
+  Reduction reduction = Reduction::mean;
+};
+/// max(d(a, p) - d(a, n) + margin, 0) with d = pairwise_distance (Schroff et al. 2015, FaceNet).
+[[nodiscard]] Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
+                                         TripletMarginOptions options = {});
 
 /// Layer normalisation (Ba et al. 2016) over the trailing `normalized_shape` dims:
 /// (x - mean) / sqrt(var + eps) * weight + bias (biased variance); weight/bias optional, of
@@ -433,6 +785,43 @@ struct CrossEntropyOptions {
 /// Identity when not training or p == 0. Error(value) for p outside [0, 1], Error(shape)
 /// for other ranks, Error(dtype) for non-floating inputs.
 [[nodiscard]] Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true);
+/// Options of scaled_dot_product_attention (PyTorch's keyword arguments).
+struct SdpaOptions {
+  /// Broadcastable to [..., L, S]: bool (true = attend, false = masked out) or floating
+  /// (converted to the query's dtype, added to the scores). Undefined: no mask.
+  Tensor attn_mask = {};
+  /// Dropout probability on the attention weights, applied whenever > 0 (PyTorch's rule: pass
+  /// 0 in evaluation). In [0, 1].
+  double dropout_p = 0;
+  /// Lower-triangular mask aligned top-left (key j attends query i when j <= i, PyTorch's
+  /// tril(ones(L, S))); together with attn_mask is Error(value), as PyTorch.
+  bool is_causal = false;
+  /// Multiplies q k^T; unset: 1 / sqrt(E).
+  std::optional<double> scale = std::nullopt;
+};
+/// Attention (Vaswani et al. 2017, eq. 1): softmax(q k^T * scale + mask) v with query
+/// [..., L, E], key [..., S, E], value [..., S, Ev] (batch dims broadcast) -> [..., L, Ev],
+/// PyTorch's semantics including its rows that mask out every key (output and gradients 0,
+/// PyTorch's "safe softmax"). Floating dtypes, one for q, k, v. On CUDA, 4-D f32/bf16/f16
+/// inputs of one [B, H] with E == Ev <= 128, no attn_mask and dropout_p == 0 run the fused
+/// kernel (scaled_dot_product_flash_attention); everything else, and every CPU call, is the
+/// composite of matmul, softmax and dropout (the reference). Errors: Error(shape) for ranks
+/// < 2, mismatched E/S dims or a mask that does not broadcast, Error(dtype) for mixed or
+/// non-floating q/k/v and integer masks, Error(value) for dropout_p outside [0, 1] or a mask
+/// with is_causal.
+[[nodiscard]] Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                  SdpaOptions options = {});
+/// The fused attention of FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with
+/// Better Parallelism and Work Partitioning", algorithms 1 and 2; Dao et al. 2022): q [B, H, L,
+/// D], k and v [B, H, S, D] of one floating dtype, D <= 128, the last dim contiguous (other
+/// strides free) -> [B, H, L, D] (memory laid out as [B, L, H, D], PyTorch's choice, so
+/// transpose(1, 2).reshape({B, L, H * D}) copies nothing). Tiles of K and V in shared memory,
+/// an online softmax, no L x S matrix in memory; the log-sum-exp of each row is kept for
+/// backward, which recomputes the probabilities. CUDA: f32 arithmetic for every dtype; CPU:
+/// the same kernel contract computed in double (a reference for the CUDA kernel). Options
+/// other than is_causal and scale must be their defaults (Error(value)).
+[[nodiscard]] Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                        SdpaOptions options = {});
 /// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed
 /// order instead of with atomics: reproducible to the bit, slower. Off by default.
 void set_deterministic(bool deterministic);

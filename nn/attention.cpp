@@ -1,9 +1,8 @@
 // CausalSelfAttention (Vaswani et al. 2017, "Attention Is All You Need", section 3.2, with
 // the causal mask of a decoder): x [B, T, E] -> qkv = x W_qkv^T + b ([B, T, 3E]) split into
-// q, k, v and into heads [B, H, T, D] (D = E / H); att = softmax(q k^T / sqrt(D) with -inf
-// where col > row, dim -1); dropout(att) when training; y = att v, heads merged back to
-// [B, T, E]; out = y W_proj^T + b. Every step is a differentiable op, so backward needs
-// nothing here. Children: "qkv" (Linear E -> 3E) and "proj" (Linear E -> E).
+// q, k, v and into heads [B, H, T, D] (D = E / H); y = scaled_dot_product_attention(q, k, v,
+// causal, dropout on the weights when training), heads merged back to [B, T, E]; out = y
+// W_proj^T + b. Every step is a differentiable op, so backward needs nothing here. Children: "qkv" (Linear E -> 3E) and "proj" (Linear E -> E).
 module;
 #include <cmath>
 #include <cstdint>
@@ -43,16 +42,9 @@ public:
     std::vector<Tensor> parts = split(own_children()[0].second->forward(x), e_, -1);  // 3 x [B, T, E]
     auto heads = [&](const Tensor& z) { return z.reshape({b, t, h_, d}).transpose(1, 2); };  // [B, H, T, D]
     Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-    Tensor scores = div(matmul(q, k.transpose(-2, -1)), std::sqrt(static_cast<double>(d)));  // [B, H, T, T]
-    Tensor future;
-    {
-      NoGradGuard no_grad;
-      TensorOptions i64{.dtype = DType::i64, .device = x.device()};
-      future = gt(arange(t, i64), arange(t, i64).unsqueeze(1));  // [T, T]: col > row
-    }
-    Tensor att = softmax(masked_fill(scores, future, -std::numeric_limits<double>::infinity()), -1);
-    att = brrr::dropout(att, p_, training);
-    Tensor y = matmul(att, v).transpose(1, 2).reshape({b, t, e_});  // [B, T, E]
+    // The fused kernel on CUDA without dropout; the composite otherwise (ops/attention.cpp).
+    Tensor y0 = scaled_dot_product_attention(q, k, v, {.dropout_p = training ? p_ : 0.0, .is_causal = true});
+    Tensor y = y0.transpose(1, 2).reshape({b, t, e_});  // [B, T, E]
     return own_children()[1].second->forward(y);
   }
 

@@ -25,6 +25,8 @@ using backend::BinaryOp;
 using backend::name_of;
 using backend::is_comparison;
 using backend::is_rounding_division;
+using backend::is_floating_only;
+using backend::is_bitwise;
 
 namespace {
 
@@ -39,6 +41,17 @@ Tensor reduce_grad(const Tensor& g, const Shape& shape, DType dtype) {
   throw Error(ErrorKind::dtype, std::string(name_of(op)) + ": not defined for bool tensors");
 }
 
+// The bitwise ops take integers and bool (shifts: integers) only, as PyTorch.
+void check_operand_kinds(BinaryOp op, DType compute, const Tensor& a, const Tensor& b) {
+  if (!is_bitwise(op)) return;
+  const bool shift = op == BinaryOp::bitwise_left_shift || op == BinaryOp::bitwise_right_shift;
+  if (is_floating_point(compute) || (shift && compute == DType::boolean)) {
+    const std::string what = shift ? "defined for integer tensors only" : "defined for integer and bool tensors only";
+    const bool a_ok = !is_floating_point(a.dtype()) && !(shift && a.dtype() == DType::boolean);
+    throw Error::dtype_not_supported(name_of(op), what, b.defined() && a_ok ? b : a);
+  }
+}
+
 // Forward of tensor-tensor ops, never recorded.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = name_of(op);
@@ -46,7 +59,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   require_defined(name, b, "second operand");
   Device dev = common_device(name, {a, b});
   DType compute = promote_types(a.dtype(), b.dtype());
-  if (op == BinaryOp::div && !is_floating_point(compute)) compute = DType::f32;  // true division
+  check_operand_kinds(op, compute, a, b);
+  if (is_floating_only(op) && !is_floating_point(compute)) compute = DType::f32;  // true division, atan2, ...
   if ((op == BinaryOp::sub) && compute == DType::boolean)
     throw Error(ErrorKind::dtype, "sub: subtracting bool tensors is not supported (use logical ops)");
   if (is_rounding_division(op) && compute == DType::boolean) bool_division(op);
@@ -65,7 +79,8 @@ Tensor scalar_forward(BinaryOp op, const Tensor& a, const Scalar& s, bool scalar
   const char* name = name_of(op);
   require_defined(name, a);
   DType compute = result_type(a.dtype(), s);
-  if (op == BinaryOp::div && !is_floating_point(compute)) compute = DType::f32;
+  check_operand_kinds(op, compute, a, Tensor());
+  if (is_floating_only(op) && !is_floating_point(compute)) compute = DType::f32;
   if (is_rounding_division(op)) {
     if (compute == DType::boolean) bool_division(op);
     // A known zero divisor needs no kernel to find it (tensor // 0 on integers).
@@ -97,7 +112,7 @@ Scalar number_of(const Tensor& t) {
 // op on numbers only, on the host in double (or int64 for integral operands of ops that keep
 // integers), with the kernels' own math: a number again.
 Tensor number_op(BinaryOp op, const Scalar& a, const Scalar& b) {
-  const bool integral = a.is_integral && b.is_integral && op != BinaryOp::div;
+  const bool integral = a.is_integral && b.is_integral && !is_floating_only(op);
   double r = 0;
   backend::with_op(op, [&]<BinaryOp OP>() {
     if (integral)
@@ -195,6 +210,50 @@ Grads rounding_rule(const Backward& c, const Inputs& in, BinaryOp op, const Tens
   return {c.needs(0) ? in.grad_a(g) : Tensor(), gb};
 }
 
+// The floating binary functions (derivatives.yaml's formulas):
+//   atan2(a, b): (g b, -g a) / (a^2 + b^2)
+//   hypot(a, b) = r: (g a / r, g b / r)
+//   logaddexp(a, b): (g / (1 + e^(b - a)), g / (1 + e^(a - b)))
+//   xlogy(a, b): (xlogy(g, b), 0 where a == 0 and b <= 0; g a / b)
+//   copysign(a, b) = r: (g r / a, 0 where a == 0; 0)
+Grads floating_rule(const Backward& c, const Inputs& in, BinaryOp op, const Tensor& a, const Tensor& b,
+                    const Tensor& out) {
+  const Tensor& g = c.grad();
+  Tensor ga, gb;
+  switch (op) {
+    case BinaryOp::atan2: {
+      Tensor d = add(mul(a, a), mul(b, b));
+      if (c.needs(0)) ga = div(mul(g, b), d);
+      if (c.needs(1)) gb = neg(div(mul(g, a), d));
+      break;
+    }
+    case BinaryOp::hypot:
+      if (c.needs(0)) ga = div(mul(g, a), out);
+      if (c.needs(1)) gb = div(mul(g, b), out);
+      break;
+    case BinaryOp::logaddexp:
+      if (c.needs(0)) ga = div(g, add(exp(sub(b, a)), 1.0));
+      if (c.needs(1)) gb = div(g, add(exp(sub(a, b)), 1.0));
+      break;
+    case BinaryOp::xlogy:
+      if (c.needs(0)) {
+        Tensor d = xlogy(g, b);
+        ga = where(logical_and(eq(a, 0.0), le(b, 0.0)), zeros_like(d), d);
+      }
+      if (c.needs(1)) gb = div(mul(g, a), b);
+      break;
+    case BinaryOp::copysign:
+      if (c.needs(0)) {
+        Tensor d = mul(g, div(out, a));
+        ga = where(eq(a, 0.0), zeros_like(d), d);
+      }
+      if (c.needs(1)) gb = zeros_like(g);
+      break;
+    default: break;
+  }
+  return {ga.defined() ? in.grad_a(ga) : ga, gb.defined() ? in.grad_b(gb) : gb};
+}
+
 const char* rounding_backward_name(BinaryOp op) {
   switch (op) {
     case BinaryOp::floor_divide: return "floor_divideBackward";
@@ -253,7 +312,23 @@ void record_binary(BinaryOp op, const Tensor& a, const Tensor& b, Arg x, Arg y, 
           return rounding_rule(c, in, op, x.value(c, 0), y.value(c, 1));
         });
       return;
+    case BinaryOp::atan2:
+    case BinaryOp::hypot:
+    case BinaryOp::logaddexp:
+    case BinaryOp::xlogy:
+    case BinaryOp::copysign: {
+      static constexpr const char* names[] = {"Atan2Backward", "HypotBackward", "LogaddexpBackward", "XlogyBackward",
+                                              "CopysignBackward"};
+      const char* node = names[static_cast<int>(op) - static_cast<int>(BinaryOp::atan2)];
+      autograd::record(node, {a, b}, {out}, {a, b, out}, [in = std::move(in), op, x, y](const Backward& c) {
+        return floating_rule(c, in, op, x.value(c, 0), y.value(c, 1), c.saved(2));
+      });
+      return;
+    }
     case BinaryOp::eq: case BinaryOp::ne: case BinaryOp::lt: case BinaryOp::le: case BinaryOp::gt: case BinaryOp::ge:
+    case BinaryOp::logical_and: case BinaryOp::logical_or: case BinaryOp::logical_xor:
+    case BinaryOp::bitwise_and: case BinaryOp::bitwise_or: case BinaryOp::bitwise_xor:
+    case BinaryOp::bitwise_left_shift: case BinaryOp::bitwise_right_shift:
     case BinaryOp::relu_backward:
       return;  // comparisons are not differentiable; relu_backward runs inside backward passes
   }
@@ -302,6 +377,96 @@ Tensor pow(const Tensor& a, Scalar exponent) { return scalar_op(BinaryOp::pow, a
 Tensor pow(Scalar base, const Tensor& exponent) { return scalar_op(BinaryOp::pow, exponent, base, true); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::minimum, a, b); }
+
+Tensor atan2(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::atan2, input, other); }
+Tensor hypot(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::hypot, input, other); }
+Tensor logaddexp(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::logaddexp, input, other); }
+Tensor xlogy(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::xlogy, input, other); }
+Tensor xlogy(const Tensor& input, Scalar other) { return scalar_op(BinaryOp::xlogy, input, other, false); }
+Tensor xlogy(Scalar input, const Tensor& other) { return scalar_op(BinaryOp::xlogy, other, input, true); }
+Tensor copysign(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::copysign, input, other); }
+Tensor copysign(const Tensor& input, Scalar other) { return scalar_op(BinaryOp::copysign, input, other, false); }
+
+Tensor logical_and(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::logical_and, input, other); }
+Tensor logical_or(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::logical_or, input, other); }
+Tensor logical_xor(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::logical_xor, input, other); }
+
+Tensor bitwise_and(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::bitwise_and, input, other); }
+Tensor bitwise_and(const Tensor& input, Scalar other) { return scalar_op(BinaryOp::bitwise_and, input, other, false); }
+Tensor bitwise_or(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::bitwise_or, input, other); }
+Tensor bitwise_or(const Tensor& input, Scalar other) { return scalar_op(BinaryOp::bitwise_or, input, other, false); }
+Tensor bitwise_xor(const Tensor& input, const Tensor& other) { return binary_op(BinaryOp::bitwise_xor, input, other); }
+Tensor bitwise_xor(const Tensor& input, Scalar other) { return scalar_op(BinaryOp::bitwise_xor, input, other, false); }
+Tensor bitwise_left_shift(const Tensor& input, const Tensor& other) {
+  return binary_op(BinaryOp::bitwise_left_shift, input, other);
+}
+Tensor bitwise_left_shift(const Tensor& input, Scalar other) {
+  return scalar_op(BinaryOp::bitwise_left_shift, input, other, false);
+}
+Tensor bitwise_right_shift(const Tensor& input, const Tensor& other) {
+  return binary_op(BinaryOp::bitwise_right_shift, input, other);
+}
+Tensor bitwise_right_shift(const Tensor& input, Scalar other) {
+  return scalar_op(BinaryOp::bitwise_right_shift, input, other, false);
+}
+
+// lerp: input + weight (end - input), a composition (its gradient comes from the ops').
+Tensor lerp(const Tensor& input, const Tensor& end, const Tensor& weight) {
+  NvtxRange range("lerp");
+  require_defined("lerp", input);
+  require_defined("lerp", end, "end");
+  require_defined("lerp", weight, "weight");
+  for (const Tensor* t : {&input, &end, &weight}) require_floating("lerp", *t, t == &input ? "input" : t == &end ? "end" : "weight");
+  return add(input, mul(weight, sub(end, input)));
+}
+Tensor lerp(const Tensor& input, const Tensor& end, Scalar weight) {
+  NvtxRange range("lerp");
+  require_defined("lerp", input);
+  require_defined("lerp", end, "end");
+  require_floating("lerp", input);
+  require_floating("lerp", end, "end");
+  return add(input, mul(sub(end, input), weight));
+}
+
+// clamp with tensor bounds: minimum(maximum(x, min), max) forward (NaN in x or a bound
+// propagates, as PyTorch). One bound: exactly maximum/minimum (ties split the gradient, both
+// get it at a NaN). Both bounds: the gradient goes to whichever of x, min, max the result is
+// (half each on a tie between x and a bound; x at a NaN x; max wherever min > max), as
+// PyTorch 2.x computes it.
+Tensor clamp(const Tensor& x, const Tensor& min, const Tensor& max) {
+  NvtxRange range("clamp");
+  require_defined("clamp", x);
+  if (!min.defined() && !max.defined()) throw Error(ErrorKind::value, "clamp: at least one of min and max must be given");
+  if (!max.defined()) return maximum(x, min);
+  if (!min.defined()) return minimum(x, max);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = minimum(maximum(x, min), max);
+  }
+  if (!autograd::any_requires_grad({x, min, max}) || !is_floating_point(out.dtype())) return out;
+  Inputs x_in(x, min), max_in(max, max);
+  autograd::record("ClampBackward", {x, min, max}, {out}, {x, min, max},
+                   [x_in = std::move(x_in), max_in = std::move(max_in)](const Backward& c) {
+                     const Tensor &g = c.grad(), &x = c.saved(0), &lo = c.saved(1), &hi = c.saved(2);
+                     const Tensor zero = zeros_like(g), half = mul(g, 0.5);
+                     const Tensor crossed = gt(lo, hi);
+                     Grads r(3);
+                     if (c.needs(0)) {
+                       Tensor gx = where(logical_or(eq(x, lo), eq(x, hi)), half, g);
+                       gx = where(logical_or(logical_or(lt(x, lo), gt(x, hi)), crossed), zero, gx);
+                       r[0] = x_in.grad_a(gx);
+                     }
+                     if (c.needs(1))
+                       r[1] = x_in.grad_b(where(crossed, zero, where(lt(x, lo), g, where(eq(x, lo), half, zero))));
+                     if (c.needs(2))
+                       r[2] = max_in.grad_a(where(logical_or(crossed, gt(x, hi)), g, where(eq(x, hi), half, zero)));
+                     return r;
+                   });
+  return out;
+}
+Tensor clamp_min(const Tensor& x, const Tensor& min) { return clamp(x, min, Tensor()); }
+Tensor clamp_max(const Tensor& x, const Tensor& max) { return clamp(x, Tensor(), max); }
 
 Tensor floor_divide(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::floor_divide, a, b); }
 Tensor floor_divide(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::floor_divide, a, b, false); }

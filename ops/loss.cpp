@@ -42,6 +42,16 @@ Tensor reduce_loss(const Tensor& loss, Reduction reduction) {
 
 // --- nll_loss / cross_entropy ------------------------------------------------------------
 
+// A class weight is a floating [C] tensor on the input's device.
+void check_weight(const char* name, const Tensor& input, const Tensor& weight, std::int64_t classes) {
+  if (!weight.defined()) return;
+  common_device(name, {input, weight});
+  require_floating(name, weight, "weight");
+  if (weight.shape() != Shape{classes})
+    throw Error(ErrorKind::shape, std::string(name) + ": weight must be [C] = [" + std::to_string(classes) +
+                                      "] for input " + to_string(input.shape()) + ", got " + to_string(weight.shape()));
+}
+
 // Checks the class-index target against log-probabilities [N, C, d1...] (or [C]) and, on
 // the CPU, that every target is in [0, C) or ignore_index.
 void check_targets(const char* name, const Tensor& input, const Tensor& target, const CrossEntropyOptions& o) {
@@ -51,7 +61,8 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
   require_floating(name, input);
   if (target.dtype() != DType::i64 && target.dtype() != DType::i32)
     throw Error(ErrorKind::dtype, std::string(name) + ": target must hold class indices (i64 or i32), got " +
-                                      describe(target) + " (probability targets are not supported)");
+                                      describe(target) +
+                                      (std::string(name) == "nll_loss" ? "" : " (probability targets have the input's shape)"));
   if (input.dim() == 0)
     throw Error(ErrorKind::shape, std::string(name) + ": input must be [C] or [N, C, ...], got a 0-d tensor");
   // Expected target shape: [] for [C]; [N, d1...] for [N, C, d1...].
@@ -68,6 +79,7 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
     throw Error(ErrorKind::value, std::string(name) + ": label_smoothing must be in [0, 1], got " +
                                       number_text(o.label_smoothing));
   const std::int64_t classes = input.dim() == 1 ? input.shape()[0] : input.shape()[1];
+  check_weight(name, input, o.weight, classes);
   if (target.device().is_cpu()) {
     // CPU tensors are host memory: reading them costs no sync.
     auto check = [&](std::int64_t t) {
@@ -88,7 +100,10 @@ void check_targets(const char* name, const Tensor& input, const Tensor& target, 
   // one-hot pick is not checked there: such a sample matches no class and adds 0.
 }
 
-// The loss of checked log-probabilities [N, C, d1...] (or [C]) and targets.
+// The loss of checked log-probabilities [N, C, d1...] (or [C]) and targets: each sample's
+// -w[t] log p[t] (w = 1 without a class weight, 0 for ignored targets); with label
+// smoothing e, (1 - e) of it plus e / C of -sum_c w_c log p_c (PyTorch's
+// cross_entropy_loss_label_smoothing). mean divides both sums by sum of w[t].
 Tensor nll_forward(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
   const bool single = log_probs.dim() == 1;  // [C] with a 0-d target
   Tensor lp = single ? log_probs.unsqueeze(0) : log_probs;
@@ -101,26 +116,66 @@ Tensor nll_forward(const Tensor& log_probs, const Tensor& target, const CrossEnt
   id_shape[1] = classes;
   Tensor ids = arange(classes, {.dtype = tg.dtype(), .device = dev}).view(id_shape);
   Tensor mask = eq(ids, tg.unsqueeze(1));
-  // where(), not a product: log p = -inf off the target must not make 0 * -inf = NaN.
-  Tensor picked = sum(where(mask, lp, 0.0), {1});
   Tensor valid = ne(tg, Scalar(o.ignore_index));
+  Tensor w = o.weight.defined() ? as_dtype(o.weight.detach(), lp.dtype()).view(id_shape) : Tensor();  // a constant, as in PyTorch
+  // where(), not a product: log p = -inf off the target must not make 0 * -inf = NaN.
+  Tensor picked = sum(where(mask, w.defined() ? mul(lp, w) : lp, 0.0), {1});
   Tensor loss = where(valid, neg(picked), 0.0);
   if (o.label_smoothing > 0) {
-    // Szegedy et al. 2016, section 7: (1 - e) * nll + e * mean_c(-log p_c) (PyTorch's form).
-    Tensor smooth = where(valid, div(neg(sum(lp, {1})), static_cast<double>(classes)), 0.0);
+    Tensor smooth = where(valid, div(neg(sum(w.defined() ? mul(lp, w) : lp, {1})), static_cast<double>(classes)), 0.0);
     loss = add(mul(loss, 1.0 - o.label_smoothing), mul(smooth, o.label_smoothing));
   }
   switch (o.reduction) {
     case Reduction::none: return single ? loss.reshape({}) : loss;
     case Reduction::sum: return sum(loss);
     case Reduction::mean: {
-      // Divided by the number of non-ignored targets. All ignored: NaN (PyTorch), through a
-      // where() so that the gradient is 0, not 0 * inf = NaN.
+      // Divided by the weight of the non-ignored targets (their count without a weight).
+      // None: NaN (PyTorch), through where()s so that the gradient is 0, not 0 * inf = NaN.
       const DType acc = accumulate_dtype(loss.dtype());
-      Tensor count = sum(valid);  // i64, on the device
-      Tensor total = div(as_dtype(sum(loss), acc), clamp_min(as_dtype(count, acc), 1.0));
-      return as_dtype(where(ne(count, Scalar(0)), total, nan_v), loss.dtype());
+      Tensor count;
+      {
+        NoGradGuard no_grad;
+        count = w.defined() ? sum(where(valid, sum(where(mask, w, 0.0), {1}), 0.0)) : sum(valid);
+        count = as_dtype(count, acc);
+      }
+      Tensor nonzero = ne(count, 0.0);
+      Tensor total = div(as_dtype(sum(loss), acc), where(nonzero, count, 1.0));
+      return as_dtype(where(nonzero, total, nan_v), loss.dtype());
     }
+  }
+  return loss;
+}
+
+// cross_entropy with class probabilities `target` (the input's shape): -sum_c w_c t_c
+// log_softmax(x)_c per sample, t smoothed to (1 - e) t + e / C; mean over the samples
+// (numel / C), not over the weights (PyTorch's cross_entropy with probability targets).
+Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  constexpr const char* name = "cross_entropy";
+  common_device(name, {logits, target});
+  require_floating(name, logits);
+  if (target.shape() != logits.shape())  // neither class indices nor probabilities
+    throw Error(ErrorKind::dtype, std::string(name) + ": target must hold class indices (i64 or i32), or class "
+                                  "probabilities of the input's shape " + to_string(logits.shape()) + ", got " +
+                                  describe(target));
+  if (logits.dim() == 0) throw Error(ErrorKind::shape, "cross_entropy: input must be [C] or [N, C, ...], got a 0-d tensor");
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
+    throw Error(ErrorKind::value, "cross_entropy: label_smoothing must be in [0, 1], got " + number_text(o.label_smoothing));
+  const std::int64_t cdim = logits.dim() == 1 ? 0 : 1, classes = logits.size(cdim);
+  check_weight(name, logits, o.weight, classes);
+  Tensor lsm = log_softmax(logits, cdim);
+  Tensor t = o.label_smoothing > 0 ? add(mul(target, 1.0 - o.label_smoothing), o.label_smoothing / static_cast<double>(classes))
+                                   : target;
+  Tensor prod = mul(lsm, t);
+  if (o.weight.defined()) {
+    Shape ws(logits.shape().size(), 1);
+    ws[static_cast<std::size_t>(cdim)] = classes;
+    prod = mul(prod, o.weight.detach().view(ws));
+  }
+  Tensor loss = neg(sum(prod, {cdim}));
+  switch (o.reduction) {
+    case Reduction::none: return loss;
+    case Reduction::sum: return sum(loss);
+    case Reduction::mean: return mean(loss);
   }
   return loss;
 }
@@ -223,7 +278,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptio
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
   NvtxRange range("cross_entropy");
+  require_defined("cross_entropy", logits, "input");
+  require_defined("cross_entropy", target, "target");
+  if (is_floating_point(target.dtype())) return cross_entropy_probabilities(logits, target, options);
   check_targets("cross_entropy", logits, target, options);
+  // A class weight takes the composed path: log_softmax, then the weighted pick.
+  if (options.weight.defined()) return nll_forward(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, options);
   // Logits as [rows, C]: the class dim moved last and made contiguous. These are recorded
   // ops, so the fused node below connects to `x` and their backward reaches `logits`.
   Tensor x = logits.dim() == 1 ? logits.unsqueeze(0) : logits;

@@ -13,8 +13,10 @@ module;
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 module brrr.ops;
 import brrr.tensor;
@@ -206,15 +208,23 @@ Tensor arg_all(const char* name, ReduceOp op, const Tensor& x) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, DimList dims, bool keepdim) {
+Tensor sum(const Tensor& x, DimList dims, bool keepdim, std::optional<DType> dtype) {
   NvtxRange range("sum");
   require_defined("sum", x);
+  if (dtype) {  // integers sum in i64 and are then narrowed to dtype (PyTorch: the sum wraps likewise)
+    Tensor r = sum(x.dtype() == *dtype ? x : x.to(*dtype), std::move(dims), keepdim);
+    return r.dtype() == *dtype ? r : r.to(*dtype);
+  }
   return sum_mask("sum", x, dims_mask("sum", dims, x.shape()), keepdim);
 }
 
-Tensor mean(const Tensor& x, DimList dims, bool keepdim) {
+Tensor mean(const Tensor& x, DimList dims, bool keepdim, std::optional<DType> dtype) {
   NvtxRange range("mean");
   require_defined("mean", x);
+  if (dtype && *dtype != x.dtype()) {
+    if (!is_floating_point(*dtype)) throw Error(ErrorKind::dtype, std::string("mean: dtype must be floating, got ") + to_string(*dtype));
+    return mean(x.to(*dtype), std::move(dims), keepdim);
+  }
   if (!is_floating_point(x.dtype()))
     throw Error::dtype_not_supported("mean", "expected a floating-point input", x, "convert first, e.g. x.to(DType::f32)");
   std::uint32_t mask = dims_mask("mean", dims, x.shape());
@@ -315,6 +325,99 @@ Tensor std(const Tensor& x, DimList dims, double correction, bool keepdim) {
   Tensor v = var(x, std::move(dims), correction, keepdim);
   Tensor zero = eq(v, 0.0);
   return where(zero, zeros_like(v), sqrt(where(zero, ones_like(v), v)));
+}
+
+namespace {
+// all/any: min/max of x != 0 as bool (one reduce kernel, plus the comparison unless x is
+// bool). Reducing zero elements gives the identity: true for all, false for any.
+Tensor all_any(const char* name, ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  require_defined(name, x);
+  std::uint32_t mask = dims_mask(name, dims, x.shape());
+  NoGradGuard no_grad;
+  if (reduced_count(x.shape(), mask) == 0 || x.numel() == 0)
+    return full(reduced_shape(x.shape(), mask, keepdim), op == ReduceOp::min ? 1.0 : 0.0,
+                {.dtype = DType::boolean, .device = x.device()});
+  Tensor b = x.dtype() == DType::boolean ? x : ne(x, 0);
+  return finish(reduce_forward(name, op, b, mask, DType::boolean), x.shape(), mask, keepdim);
+}
+}  // namespace
+
+Tensor all(const Tensor& x) {
+  NvtxRange range("all");
+  return all_any("all", ReduceOp::min, x, {}, false);
+}
+Tensor all(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("all");
+  return all_any("all", ReduceOp::min, x, dims, keepdim);
+}
+Tensor any(const Tensor& x) {
+  NvtxRange range("any");
+  return all_any("any", ReduceOp::max, x, {}, false);
+}
+Tensor any(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+  NvtxRange range("any");
+  return all_any("any", ReduceOp::max, x, dims, keepdim);
+}
+
+Tensor vector_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims, bool keepdim,
+                   std::optional<DType> dtype) {
+  constexpr const char* name = "vector_norm";
+  NvtxRange range(name);
+  require_defined(name, x);
+  if (dtype) {
+    if (!is_floating_point(*dtype)) throw Error(ErrorKind::dtype, std::string("vector_norm: dtype must be floating, got ") + to_string(*dtype));
+    return vector_norm(x.to(*dtype), ord, std::move(dims), keepdim);
+  }
+  require_floating(name, x);
+  if (std::isnan(ord)) throw Error::bad_value(name, "ord", ord, "a number or +-inf");
+  std::uint32_t mask = dims_mask(name, dims, x.shape());
+  std::vector<std::int64_t> rdims = dims_of(mask, x.dim());
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (ord == inf || ord == -inf) {
+    if (reduced_count(x.shape(), mask) == 0 && ord == inf)  // PyTorch: 0 for an empty inf-norm
+      return zeros(reduced_shape(x.shape(), mask, keepdim), {.dtype = x.dtype(), .device = x.device()});
+    return ord == inf ? amax(abs(x), rdims, keepdim) : amin(abs(x), rdims, keepdim);
+  }
+  if (ord == 0) {  // the count of non-zeros, not differentiable (gradient 0)
+    Tensor n;
+    {
+      NoGradGuard no_grad;
+      n = sum(ne(x, 0.0), rdims, keepdim).to(x.dtype());
+    }
+    return autograd::any_requires_grad({x}) ? add(n, mul(sum(x, rdims, keepdim), 0.0)) : n;
+  }
+  if (ord == 1) return sum(abs(x), rdims, keepdim);
+  // (sum |x|^p)^(1/p), in f32 for bf16/f16. Gradient g x |x|^(p-2) / norm^(p-1), 0 where the
+  // norm is 0 (PyTorch's norm_backward), instead of 0/0.
+  if (x.dtype() == DType::bf16 || x.dtype() == DType::f16)
+    return vector_norm(x.to(DType::f32), ord, std::move(dims), keepdim).to(x.dtype());
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = ord == 2 ? sqrt(sum(mul(x, x), rdims, keepdim)) : pow(sum(pow(abs(x), ord), rdims, keepdim), 1.0 / ord);
+  }
+  if (autograd::any_requires_grad({x}))
+    autograd::record("NormBackward", {x}, {out}, {x, out}, [mask, keepdim, ord](const Backward& b) {
+      const Tensor &x = b.saved(0), &n = b.saved(1);
+      const std::int64_t nd = x.dim();
+      Tensor gk = unsqueeze_reduced(b.grad(), mask, nd, keepdim), nk = unsqueeze_reduced(n, mask, nd, keepdim);
+      Tensor scaled = ord == 2 ? x : mul(x, pow(abs(x), ord - 2));
+      Tensor d = div(mul(scaled, gk), ord == 2 ? nk : pow(nk, ord - 1));
+      return Grads{where(eq(nk, 0.0), zeros_like(d), d)};
+    });
+  return out;
+}
+
+std::pair<Tensor, Tensor> var_mean(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
+  NvtxRange range("var_mean");
+  Tensor v = var(x, dims, correction, keepdim);
+  return {v, mean(x, std::move(dims), keepdim)};
+}
+
+std::pair<Tensor, Tensor> std_mean(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
+  NvtxRange range("std_mean");
+  Tensor sd = std(x, dims, correction, keepdim);
+  return {sd, mean(x, std::move(dims), keepdim)};
 }
 
 Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim) {

@@ -5,6 +5,7 @@
 module;
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 module brrr.ops;
@@ -66,7 +67,20 @@ Tensor softmax_op(const Tensor& x, std::int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, std::int64_t dim) { return softmax_op(x, dim, false); }
-Tensor log_softmax(const Tensor& x, std::int64_t dim) { return softmax_op(x, dim, true); }
+namespace {
+Tensor in_dtype(const char* op, const Tensor& x, std::optional<DType> dtype) {
+  if (!dtype) return x;
+  if (!is_floating_point(*dtype)) throw Error(ErrorKind::dtype, std::string(op) + ": dtype must be floating, got " + to_string(*dtype));
+  require_defined(op, x);
+  return x.dtype() == *dtype ? x : x.to(*dtype);
+}
+}  // namespace
+
+Tensor softmax(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
+  return softmax_op(in_dtype("softmax", x, dtype), dim, false);
+}
+Tensor log_softmax(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
+  return softmax_op(in_dtype("log_softmax", x, dtype), dim, true);
+}
 
 }  // namespace brrr

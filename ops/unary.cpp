@@ -29,6 +29,9 @@ constexpr double inv_sqrt_2pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
 constexpr double two_over_sqrt_pi = 1.12837916709551257390;
 constexpr double gelu_k = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double gelu_c = 0.044715;
+constexpr double ln2 = 0.69314718055994530942;
+constexpr double ln10 = 2.30258509299404568402;
+constexpr double sqrt_pi_over_2 = 0.88622692545275801365;
 
 Tensor unary_forward(UnaryOp op, const Tensor& x, double p0, double p1) {
   const char* name = name_of(op);
@@ -36,6 +39,8 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double p0, double p1) {
   DType dtype = x.dtype();
   if (dtype == DType::boolean && keeps_integers(op))
     throw Error::dtype_not_supported(name, "not defined for bool tensors", x);
+  if (is_floating_point(dtype) && !backend::takes_floats(op))
+    throw Error::dtype_not_supported(name, "defined for integer and bool tensors only", x);
   if (!keeps_integers(op) && !is_floating_point(dtype)) dtype = DType::f32;
   NoGradGuard no_grad;
   Tensor cx = x.dtype() == dtype ? x : x.to(dtype);
@@ -58,7 +63,8 @@ Tensor number_op(UnaryOp op, const Tensor& x, double p0, double p1) {
 // The ops differentiated through their output (the input is then not kept alive).
 bool saves_output(UnaryOp op) {
   return op == UnaryOp::exp || op == UnaryOp::sqrt || op == UnaryOp::rsqrt || op == UnaryOp::tanh ||
-         op == UnaryOp::sigmoid;
+         op == UnaryOp::sigmoid || op == UnaryOp::tan || op == UnaryOp::expm1 || op == UnaryOp::exp2 ||
+         op == UnaryOp::erfinv || op == UnaryOp::reciprocal;
 }
 
 // "expBackward", ...: the node names, from the op list.
@@ -116,6 +122,29 @@ Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, doubl
     BRRR_ACTIVATION_OPS(BRRR_CASE)
 #undef BRRR_CASE
       return activation_rule(op, g, x, p0, p1);  // ops/activation.cpp
+    case UnaryOp::tan: return mul(g, add(mul(y, y), 1.0));             // 1 + tan^2
+    case UnaryOp::asin: return mul(g, rsqrt(sub(1.0, mul(x, x))));     // 1 / sqrt(1 - x^2)
+    case UnaryOp::acos: return neg(mul(g, rsqrt(sub(1.0, mul(x, x)))));
+    case UnaryOp::atan: return div(g, add(mul(x, x), 1.0));            // 1 / (1 + x^2)
+    case UnaryOp::sinh: return mul(g, cosh(x));
+    case UnaryOp::cosh: return mul(g, sinh(x));
+    case UnaryOp::expm1: return mul(g, add(y, 1.0));                   // e^x = y + 1
+    case UnaryOp::log2: return div(g, mul(x, ln2));
+    case UnaryOp::log10: return div(g, mul(x, ln10));
+    case UnaryOp::exp2: return mul(g, mul(y, ln2));
+    case UnaryOp::erfc: return mul(g, mul(exp(neg(mul(x, x))), -two_over_sqrt_pi));
+    case UnaryOp::erfinv: return mul(g, mul(exp(mul(y, y)), sqrt_pi_over_2));  // sqrt(pi)/2 e^(y^2)
+    case UnaryOp::lgamma: return mul(g, digamma(x));
+    case UnaryOp::digamma: return mul(g, polygamma(1, x));
+    case UnaryOp::trigamma:
+      throw Error(ErrorKind::value, "polygamma: the derivative of polygamma(1, x) (order 2) is not implemented");
+    case UnaryOp::floor: case UnaryOp::ceil: case UnaryOp::round: case UnaryOp::trunc:
+      return zeros_like(g);  // piecewise constant (PyTorch: zeros)
+    case UnaryOp::frac: return g;
+    case UnaryOp::reciprocal: return neg(mul(g, mul(y, y)));  // -1/x^2
+    case UnaryOp::square: return mul(g, mul(x, 2.0));
+    case UnaryOp::nan_to_num: return where(isfinite(x), g, zeros_like(g));  // PyTorch: grad * isfinite(x)
+    case UnaryOp::bitwise_not: return {};  // integers only: never recorded
     case UnaryOp::clamp: {
       // 1 where min <= x <= max (bounds included), else 0: so 0 at NaN, and everywhere when
       // min > max (PyTorch). A min of -inf (max of +inf, also an absent bound) holds for all
@@ -161,6 +190,88 @@ Tensor sin(const Tensor& x) { return unary_op(UnaryOp::sin, x); }
 Tensor cos(const Tensor& x) { return unary_op(UnaryOp::cos, x); }
 Tensor erf(const Tensor& x) { return unary_op(UnaryOp::erf, x); }
 Tensor sign(const Tensor& x) { return unary_op(UnaryOp::sign, x); }
+Tensor tan(const Tensor& x) { return unary_op(UnaryOp::tan, x); }
+Tensor asin(const Tensor& x) { return unary_op(UnaryOp::asin, x); }
+Tensor acos(const Tensor& x) { return unary_op(UnaryOp::acos, x); }
+Tensor atan(const Tensor& x) { return unary_op(UnaryOp::atan, x); }
+Tensor sinh(const Tensor& x) { return unary_op(UnaryOp::sinh, x); }
+Tensor cosh(const Tensor& x) { return unary_op(UnaryOp::cosh, x); }
+Tensor expm1(const Tensor& x) { return unary_op(UnaryOp::expm1, x); }
+Tensor log2(const Tensor& x) { return unary_op(UnaryOp::log2, x); }
+Tensor log10(const Tensor& x) { return unary_op(UnaryOp::log10, x); }
+Tensor exp2(const Tensor& x) { return unary_op(UnaryOp::exp2, x); }
+Tensor erfc(const Tensor& x) { return unary_op(UnaryOp::erfc, x); }
+Tensor erfinv(const Tensor& x) { return unary_op(UnaryOp::erfinv, x); }
+Tensor lgamma(const Tensor& x) { return unary_op(UnaryOp::lgamma, x); }
+Tensor digamma(const Tensor& x) { return unary_op(UnaryOp::digamma, x); }
+Tensor polygamma(std::int64_t n, const Tensor& x) {
+  if (n == 0) return digamma(x);
+  if (n == 1) return unary_op(UnaryOp::trigamma, x);
+  throw Error(ErrorKind::value, "polygamma: order n = " + std::to_string(n) + " is not supported (only 0 and 1)");
+}
+Tensor floor(const Tensor& x) { return unary_op(UnaryOp::floor, x); }
+Tensor ceil(const Tensor& x) { return unary_op(UnaryOp::ceil, x); }
+Tensor round(const Tensor& x, std::int64_t decimals) {
+  if (decimals != 0 && x.defined() && !is_floating_point(x.dtype()))
+    throw Error::dtype_not_supported("round", "decimals != 0 needs a floating-point input", x);
+  return unary_op(UnaryOp::round, x, static_cast<double>(decimals), 0);
+}
+Tensor trunc(const Tensor& x) { return unary_op(UnaryOp::trunc, x); }
+Tensor frac(const Tensor& x) {
+  if (x.defined() && !is_floating_point(x.dtype()))
+    throw Error::dtype_not_supported("frac", "expected a floating-point input (f32, f64, bf16, f16)", x);
+  return unary_op(UnaryOp::frac, x);
+}
+Tensor reciprocal(const Tensor& x) { return unary_op(UnaryOp::reciprocal, x); }
+Tensor square(const Tensor& x) {
+  if (x.defined() && x.dtype() == DType::boolean) return x.to(DType::i64);  // PyTorch: bool squares to int64
+  return unary_op(UnaryOp::square, x);
+}
+
+Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
+                  std::optional<double> neginf) {
+  require_defined("nan_to_num", x);
+  if (!is_floating_point(x.dtype())) return x.clone();  // integers hold no NaN or inf
+  double hi = std::numeric_limits<float>::max(), lo = 0;
+  switch (x.dtype()) {
+    case DType::f64: hi = std::numeric_limits<double>::max(); break;
+    case DType::f16: hi = 65504.0; break;
+    case DType::bf16: hi = 3.3895313892515355e38; break;  // (2 - 2^-7) 2^127
+    case DType::f32: case DType::i32: case DType::i64: case DType::boolean: break;
+  }
+  lo = neginf ? *neginf : -hi;
+  hi = posinf ? *posinf : hi;
+  Tensor out = unary_op(UnaryOp::nan_to_num, x, lo, hi);
+  if (nan && *nan != 0) out = where(isnan(x), full({}, *nan, {.dtype = x.dtype(), .device = x.device()}), out);
+  return out;
+}
+
+Tensor isnan(const Tensor& x) {
+  require_defined("isnan", x);
+  if (!is_floating_point(x.dtype())) return zeros(x.shape(), {.dtype = DType::boolean, .device = x.device()});
+  return ne(x, x);
+}
+Tensor isinf(const Tensor& x) {
+  require_defined("isinf", x);
+  if (!is_floating_point(x.dtype())) return zeros(x.shape(), {.dtype = DType::boolean, .device = x.device()});
+  NoGradGuard no_grad;
+  return eq(abs(x), std::numeric_limits<double>::infinity());
+}
+Tensor isfinite(const Tensor& x) {
+  require_defined("isfinite", x);
+  if (!is_floating_point(x.dtype())) return ones(x.shape(), {.dtype = DType::boolean, .device = x.device()});
+  NoGradGuard no_grad;
+  return lt(abs(x), std::numeric_limits<double>::infinity());  // false for NaN
+}
+Tensor logical_not(const Tensor& x) {
+  require_defined("logical_not", x);
+  return eq(x, 0);
+}
+Tensor bitwise_not(const Tensor& x) {
+  require_defined("bitwise_not", x);
+  if (x.dtype() == DType::boolean) return logical_not(x);
+  return unary_op(UnaryOp::bitwise_not, x);
+}
 
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   if (approximate == "none") return unary_op(UnaryOp::gelu_erf, x);

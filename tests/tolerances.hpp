@@ -50,6 +50,15 @@ enum class Computed {
   gemm_tf32,
   /// im2col + GEMM + reductions on CUDA against the CPU.
   conv_parity,
+  /// Fused attention (scaled_dot_product_flash_attention, forward and gradients) against the
+  /// float64 composite on the same rounded inputs. Here atol is relative to the largest |want|
+  /// of the tensor (the suites multiply it in): the gradients come out of the cancellation
+  /// dp - delta, so an element can be far smaller than the errors of its terms. f32: the log-
+  /// sum-exp is kept in f32 (p = exp(s - lse) carries |lse| * 6e-8), and CUDA accumulates the
+  /// S- and D-term sums in f32 (about S * 6e-8 of the sum of |terms| for S <= 256): 1e-4.
+  /// bf16/f16: the output and the gradients rounded once (2^-9 and 2^-11 relative), and delta =
+  /// dO . O computed from the rounded output: 8 ulps.
+  attention,
 };
 
 /// The row `how` for results in `d` (integers and bool: exact).
@@ -82,6 +91,8 @@ inline constexpr Tol tolerance(Computed how, brrr::DType d) {
     case Computed::gemm_parity:
       return f64 ? Tol{1e-13, 0} : f32 ? Tol{4e-6, 0} : bf16 ? Tol{1.6e-2, 0} : Tol{2e-3, 0x1p-25};
     case Computed::gemm_tf32: return f32 ? Tol{4e-3, 0} : tolerance(Computed::gemm_parity, d);
+    case Computed::attention:
+      return f64 ? Tol{1e-12, 1e-12} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{1.6e-2, 1.6e-2} : Tol{4e-3, 4e-3};
     case Computed::conv_parity:
       return f64 ? Tol{1e-11, 1e-11} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{3e-2, 3e-2} : Tol{1e-3, 1e-5};
   }

@@ -31,12 +31,6 @@ std::string poly_desc(const Tensor& w, const Tensor& b) {
   return s + std::to_string(b.item<float>());
 }
 
-// torch::smooth_l1_loss (beta 1, mean), which brrr does not have as one op: written with ops.
-Tensor smooth_l1_loss(const Tensor& input, const Tensor& target) {
-  Tensor d = (input - target).abs();
-  return where(d < 1.0, d * d * 0.5, d - 0.5).mean();
-}
-
 // A batch (x, f(x)).
 std::pair<Tensor, Tensor> get_batch(const Tensor& w, const Tensor& b, std::int64_t batch_size = 32) {
   Tensor x = make_features(randn({batch_size}));

@@ -51,42 +51,50 @@ template <BinaryOp OP, class A> void check_divisor(A b, DType dtype) {
 
 template <BinaryOp OP> void binary_loop(const Operand& out, const Operand& a, const Operand& b) {
   dispatch(a.dtype, [&]<class T>(T*) {
-    using A = compute_t<T>;
-    const auto* pa = static_cast<const T*>(a.data);
-    const auto* pb = static_cast<const T*>(b.data);
-    const Operand* ops[3] = {&out, &a, &b};
-    if constexpr (is_comparison(OP)) {
-      auto* o = static_cast<std::uint8_t*>(out.data);
-      for_each(ops, [&](const std::int64_t* off) {
-        o[off[0]] = ew::binary<OP, A>(load<T>(pa[off[1]]), load<T>(pb[off[2]])) != A(0);
-      });
+    if constexpr (!ew::has_binary_kernel<OP, T>) {
+      no_kernel(name_of(OP), a.dtype);
     } else {
-      auto* o = static_cast<T*>(out.data);
-      for_each(ops, [&](const std::int64_t* off) {
-        const A bv = load<T>(pb[off[2]]);
-        check_divisor<OP>(bv, b.dtype);
-        o[off[0]] = narrow_to<T>(ew::binary<OP, A>(load<T>(pa[off[1]]), bv));
-      });
+      using A = compute_t<T>;
+      const auto* pa = static_cast<const T*>(a.data);
+      const auto* pb = static_cast<const T*>(b.data);
+      const Operand* ops[3] = {&out, &a, &b};
+      if constexpr (is_comparison(OP)) {
+        auto* o = static_cast<std::uint8_t*>(out.data);
+        for_each(ops, [&](const std::int64_t* off) {
+          o[off[0]] = ew::binary<OP, A>(load<T>(pa[off[1]]), load<T>(pb[off[2]])) != A(0);
+        });
+      } else {
+        auto* o = static_cast<T*>(out.data);
+        for_each(ops, [&](const std::int64_t* off) {
+          const A bv = load<T>(pb[off[2]]);
+          check_divisor<OP>(bv, b.dtype);
+          o[off[0]] = narrow_to<T>(ew::binary<OP, A>(load<T>(pa[off[1]]), bv));
+        });
+      }
     }
   });
 }
 
 template <BinaryOp OP> void binary_scalar_loop(const Operand& out, const Operand& a, double s, bool scalar_first) {
   dispatch(a.dtype, [&]<class T>(T*) {
-    using A = compute_t<T>;
-    const auto* pa = static_cast<const T*>(a.data);
-    A sv = load<T>(narrow_to<T>(s));  // the scalar as the tensor's dtype holds it
-    const Operand* ops[2] = {&out, &a};
-    auto f = [&](A x) {
-      check_divisor<OP>(scalar_first ? x : sv, a.dtype);
-      return scalar_first ? ew::binary<OP, A>(sv, x) : ew::binary<OP, A>(x, sv);
-    };
-    if constexpr (is_comparison(OP)) {
-      auto* o = static_cast<std::uint8_t*>(out.data);
-      for_each(ops, [&](const std::int64_t* off) { o[off[0]] = f(load<T>(pa[off[1]])) != A(0); });
+    if constexpr (!ew::has_binary_kernel<OP, T>) {
+      no_kernel(name_of(OP), a.dtype);
     } else {
-      auto* o = static_cast<T*>(out.data);
-      for_each(ops, [&](const std::int64_t* off) { o[off[0]] = narrow_to<T>(f(load<T>(pa[off[1]]))); });
+      using A = compute_t<T>;
+      const auto* pa = static_cast<const T*>(a.data);
+      A sv = load<T>(narrow_to<T>(s));  // the scalar as the tensor's dtype holds it
+      const Operand* ops[2] = {&out, &a};
+      auto f = [&](A x) {
+        check_divisor<OP>(scalar_first ? x : sv, a.dtype);
+        return scalar_first ? ew::binary<OP, A>(sv, x) : ew::binary<OP, A>(x, sv);
+      };
+      if constexpr (is_comparison(OP)) {
+        auto* o = static_cast<std::uint8_t*>(out.data);
+        for_each(ops, [&](const std::int64_t* off) { o[off[0]] = f(load<T>(pa[off[1]])) != A(0); });
+      } else {
+        auto* o = static_cast<T*>(out.data);
+        for_each(ops, [&](const std::int64_t* off) { o[off[0]] = narrow_to<T>(f(load<T>(pa[off[1]]))); });
+      }
     }
   });
 }

@@ -209,29 +209,35 @@ int unary(UnaryOp op, const Operand& out, const Operand& in, double lo, double h
 int binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b, int* error_flag, int error_code,
            void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  bool ok = true;
   with_op(op, [&]<BinaryOp OP>() {
     dispatch(a.dtype, [&]<class T>(T*) {
-      if constexpr (is_comparison(OP))
+      if constexpr (!ew::has_binary_kernel<OP, T>)
+        ok = false;  // the op layer converts first
+      else if constexpr (is_comparison(OP))
         launch2<std::uint8_t, T>(out, a, b, BinaryF<OP, T, std::uint8_t>{error_flag, error_code}, s);
       else launch2<T, T>(out, a, b, BinaryF<OP, T, T>{error_flag, error_code}, s);
     });
   });
-  return static_cast<int>(cudaGetLastError());
+  return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
 }
 
 int binary_scalar(BinaryOp op, const Operand& out, const Operand& a, double sc, bool scalar_first, int* error_flag,
                   int error_code, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  bool ok = true;
   with_op(op, [&]<BinaryOp OP>() {
     dispatch(a.dtype, [&]<class T>(T*) {
       const compute_t<T> sv = load(narrow_to<T>(sc));  // the scalar as the tensor's dtype holds it
-      if constexpr (is_comparison(OP))
+      if constexpr (!ew::has_binary_kernel<OP, T>)
+        ok = false;
+      else if constexpr (is_comparison(OP))
         launch1<std::uint8_t, T>(out, a, BinaryScalarF<OP, T, std::uint8_t>{sv, scalar_first, error_flag, error_code}, s);
       else
         launch1<T, T>(out, a, BinaryScalarF<OP, T, T>{sv, scalar_first, error_flag, error_code}, s);
     });
   });
-  return static_cast<int>(cudaGetLastError());
+  return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
 }
 
 int where(const Operand& out, const Operand& cond, const Operand& a, const Operand& b, void* stream) {

@@ -15,6 +15,7 @@ using backend::Distribution;
 using backend::Operand;
 using backend::OptimizerStep;
 using backend::ReduceOp;
+using backend::ScanOp;
 using backend::UnaryOp;
 using backend::Window2d;
 
@@ -178,5 +179,42 @@ int optimizer_step(const OptimizerStep& step, void* stream);
 /// A step whose device_coeffs points there reads them at run time (captured graphs).
 std::size_t optimizer_coeffs_bytes();
 int optimizer_write_coeffs(const OptimizerStep& step, void* dst, void* stream);
+
+}  // namespace brrr::kernels
+
+// ---- Scans, sort, searchsorted (ops/cuda/sort_scan.cu) -----------------------------------
+
+namespace brrr::kernels {
+
+/// Device workspace (bytes) of scan() over contiguous [rows, n] `in` (host-only arithmetic
+/// and CUB size queries, no waiting).
+std::size_t scan_workspace_bytes(ScanOp op, const Operand& in, bool with_indices);
+/// The contract's scan: contiguous [rows, n] operands along the last dim.
+int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indices, void* workspace, std::size_t bytes,
+         void* stream);
+/// Device workspace (bytes) of sort().
+std::size_t sort_workspace_bytes(const Operand& in, bool descending);
+/// The contract's sort: stable, NaN largest, contiguous [rows, n] along the last dim.
+int sort(const Operand& values, const Operand& indices, const Operand& in, bool descending, void* workspace,
+         std::size_t bytes, void* stream);
+/// The contract's searchsorted.
+int searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right, void* stream);
+
+}  // namespace brrr::kernels
+
+// ---- Fused attention (ops/cuda/attention.cu) ---------------------------------------------
+
+namespace brrr::kernels {
+
+/// The contract's attention_forward: 4-D [B, H, L|S, D] operands with last stride 1, D <= 128;
+/// lse [B, H, L] contiguous in the accumulation dtype (f32; f64 for f64).
+int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
+                      double scale, bool causal, void* stream);
+/// Device workspace (bytes) of attention_backward: one accumulator per query row.
+std::size_t attention_backward_workspace_bytes(const Operand& q);
+/// The contract's attention_backward (three launches: delta, dq, dk/dv; no atomics).
+int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
+                       const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
+                       bool causal, void* workspace, void* stream);
 
 }  // namespace brrr::kernels

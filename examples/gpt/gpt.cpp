@@ -1,0 +1,514 @@
+// gpt: a character-level GPT trained on plain text, with the shape of nanoGPT's
+// shakespeare-char configuration (Karpathy, github.com/karpathy/nanoGPT,
+// config/train_shakespeare_char.py): 6 layers, 6 heads, 384 wide, block 256, batch 64,
+// dropout 0.2, no biases; AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on the matrices
+// and embeddings only), 100 warm-up steps then cosine to 1e-4 at the last step, gradients
+// clipped to norm 1.0. The parameters carry nanoGPT's names (transformer.wte.weight,
+// transformer.h.0.attn.c_attn.weight, ..., lm_head.weight tied to the token embedding), so a
+// --save checkpoint loads into nanoGPT's GPT with load_state_dict.
+//
+// Corpus: the files of Debian's `fortunes` package (/usr/share/games/fortunes, installed by
+// tools/setup) without their `%` separator lines, or --text FILE (UTF-8). Characters are the
+// vocabulary (sorted code points); the first 90 % of the text trains, the rest validates.
+// The whole corpus lives on the device and batches are gathered there at random offsets
+// (randint of the seeded generator), so a training step makes no host sync; the loss is read
+// every --log-every steps and the train/validation estimate every --eval-every.
+//
+//   gpt                                  train on the GPU with the full configuration
+//   gpt --device cpu --tiny              a minute on a CPU (2 layers, 64 wide, block 64)
+//   gpt --save ckpt.safetensors          write the weights (and the vocabulary, in metadata)
+//   gpt --resume ckpt.safetensors --iters 0 --sample 500 --temperature 0.8 --top-k 20
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+import brrr;
+
+using namespace brrr;
+
+namespace {
+
+struct Config {
+  std::int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 256, batch_size = 64;
+  double dropout = 0.2, lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
+  std::int64_t iters = 5000, warmup = 100, eval_every = 250, eval_iters = 200, log_every = 10;
+  std::string device = "auto", text, save, resume, csv;
+  std::uint64_t seed = 1337;
+  bool tiny = false, expect_progress = false;
+  std::int64_t sample = 0, top_k = 0;
+  double temperature = 1.0;
+};
+
+// ---- text -------------------------------------------------------------------------------
+
+// UTF-8 to code points; a byte that starts no valid sequence stands for itself (Latin-1).
+std::vector<std::uint32_t> decode_utf8(const std::string& s) {
+  std::vector<std::uint32_t> out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+    bool ok = n >= 0 && i + n < s.size() + (n == 0 ? 1 : 0);
+    std::uint32_t cp = n <= 0 ? c : c & (0x3f >> n);
+    for (int k = 1; ok && k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      ok = (d >> 6) == 2;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (!ok) cp = c, n = 0;
+    out.push_back(cp);
+    i += static_cast<std::size_t>(n) + 1;
+  }
+  return out;
+}
+
+std::string encode_utf8(std::uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) s += static_cast<char>(cp);
+  else if (cp < 0x800) s += {static_cast<char>(0xc0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3f))};
+  else if (cp < 0x10000)
+    s += {static_cast<char>(0xe0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3f)),
+          static_cast<char>(0x80 | (cp & 0x3f))};
+  else
+    s += {static_cast<char>(0xf0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3f)),
+          static_cast<char>(0x80 | ((cp >> 6) & 0x3f)), static_cast<char>(0x80 | (cp & 0x3f))};
+  return s;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(ErrorKind::io, "gpt: cannot read " + p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The fortune files (not their .dat indexes nor the .u8 links), sorted by name, each line
+// that is a lone "%" (the separator between fortunes) dropped.
+std::string fortunes_corpus() {
+  const std::filesystem::path dir = "/usr/share/games/fortunes";
+  if (!std::filesystem::is_directory(dir))
+    throw Error(ErrorKind::io, "gpt: no " + dir.string() + " (install Debian's fortunes package: tools/setup), or pass --text FILE");
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const auto ext = e.path().extension();
+    if (e.is_regular_file() && !e.is_symlink() && ext != ".dat" && ext != ".u8") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const auto& f : files) {
+    std::istringstream in(read_file(f));
+    for (std::string line; std::getline(in, line);)
+      if (line != "%") text += line + "\n";
+  }
+  return text;
+}
+
+struct Vocab {
+  std::vector<std::uint32_t> chars;  // token -> code point
+  std::map<std::uint32_t, std::int64_t> index;
+  std::string text() const {
+    std::string s;
+    for (auto c : chars) s += encode_utf8(c);
+    return s;
+  }
+  static Vocab of(std::vector<std::uint32_t> cps) {
+    std::sort(cps.begin(), cps.end());
+    cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+    Vocab v;
+    v.chars = cps;
+    for (std::size_t i = 0; i < cps.size(); ++i) v.index[cps[i]] = static_cast<std::int64_t>(i);
+    return v;
+  }
+};
+
+// ---- the model (nanoGPT's GPT with bias=False) ---------------------------------------------
+
+// LayerNorm with a weight and no bias (nanoGPT's LayerNorm(ndim, bias=False)).
+class LayerNormImpl final : public nn::ModuleImpl {
+public:
+  explicit LayerNormImpl(std::int64_t n) : n_(n) { register_parameter("weight", ones({n}, {.requires_grad = true})); }
+  Tensor forward(const Tensor& x) override { return layer_norm(x, {n_}, own_parameters()[0].second, Tensor(), 1e-5); }
+  std::string name() const override { return "LayerNorm(" + std::to_string(n_) + ")"; }
+
+private:
+  std::int64_t n_;
+};
+
+class AttentionImpl final : public nn::ModuleImpl {
+public:
+  AttentionImpl(const Config& c) : h_(c.n_head), e_(c.n_embd), p_(c.dropout) {
+    c_attn = nn::Linear(c.n_embd, 3 * c.n_embd, false).impl();
+    c_proj = nn::Linear(c.n_embd, c.n_embd, false).impl();
+    register_module("c_attn", c_attn);
+    register_module("c_proj", c_proj);
+  }
+  Tensor forward(const Tensor& x) override {
+    const std::int64_t b = x.size(0), t = x.size(1), d = e_ / h_;
+    std::vector<Tensor> qkv = split(c_attn->forward(x), e_, -1);
+    auto heads = [&](const Tensor& z) { return z.reshape({b, t, h_, d}).transpose(1, 2); };  // [B, H, T, D]
+    Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                            {.dropout_p = training ? p_ : 0.0, .is_causal = true});
+    return dropout(c_proj->forward(y.transpose(1, 2).reshape({b, t, e_})), p_, training);
+  }
+  std::string name() const override { return "CausalSelfAttention"; }
+  std::shared_ptr<nn::ModuleImpl> c_attn, c_proj;
+
+private:
+  std::int64_t h_, e_;
+  double p_;
+};
+
+class MlpImpl final : public nn::ModuleImpl {
+public:
+  MlpImpl(const Config& c) : p_(c.dropout) {
+    c_fc = nn::Linear(c.n_embd, 4 * c.n_embd, false).impl();
+    c_proj = nn::Linear(4 * c.n_embd, c.n_embd, false).impl();
+    register_module("c_fc", c_fc);
+    register_module("c_proj", c_proj);
+  }
+  Tensor forward(const Tensor& x) override { return dropout(c_proj->forward(gelu(c_fc->forward(x))), p_, training); }
+  std::string name() const override { return "MLP"; }
+  std::shared_ptr<nn::ModuleImpl> c_fc, c_proj;
+
+private:
+  double p_;
+};
+
+class BlockImpl final : public nn::ModuleImpl {
+public:
+  BlockImpl(const Config& c) {
+    ln_1 = register_module("ln_1", std::make_shared<LayerNormImpl>(c.n_embd));
+    attn = register_module("attn", std::make_shared<AttentionImpl>(c));
+    ln_2 = register_module("ln_2", std::make_shared<LayerNormImpl>(c.n_embd));
+    mlp = register_module("mlp", std::make_shared<MlpImpl>(c));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = add(x, attn->forward(ln_1->forward(x)));
+    return add(h, mlp->forward(ln_2->forward(h)));
+  }
+  std::string name() const override { return "Block"; }
+  std::shared_ptr<LayerNormImpl> ln_1, ln_2;
+  std::shared_ptr<AttentionImpl> attn;
+  std::shared_ptr<MlpImpl> mlp;
+};
+
+// "transformer": wte, wpe, h.0 ... h.{n-1}, ln_f.
+class TransformerImpl final : public nn::ModuleImpl {
+public:
+  TransformerImpl(const Config& c, std::int64_t vocab) : p_(c.dropout) {
+    wte = nn::Embedding(vocab, c.n_embd).impl();
+    wpe = nn::Embedding(c.block_size, c.n_embd).impl();
+    register_module("wte", wte);
+    register_module("wpe", wpe);
+    nn::ModuleList list;
+    for (std::int64_t i = 0; i < c.n_layer; ++i) {
+      auto b = std::make_shared<BlockImpl>(c);
+      blocks.push_back(b);
+      list.push_back(nn::Module(b));
+    }
+    register_module("h", list.impl());
+    ln_f = register_module("ln_f", std::make_shared<LayerNormImpl>(c.n_embd));
+  }
+  Tensor forward(const Tensor& idx) override {
+    const std::int64_t t = idx.size(1);
+    Tensor pos = arange(t, {.dtype = DType::i64, .device = idx.device()});
+    Tensor x = dropout(add(wte->forward(idx), wpe->forward(pos)), p_, training);
+    for (auto& b : blocks) x = b->forward(x);
+    return ln_f->forward(x);
+  }
+  std::string name() const override { return "Transformer"; }
+  std::shared_ptr<nn::ModuleImpl> wte, wpe;
+  std::vector<std::shared_ptr<BlockImpl>> blocks;
+  std::shared_ptr<LayerNormImpl> ln_f;
+
+private:
+  double p_;
+};
+
+// x [..., E] -> x W^T with W the token embedding [vocab, E] (registered as "weight": the same
+// tensor under two names, as nanoGPT's state dict has it).
+class TiedHeadImpl final : public nn::ModuleImpl {
+public:
+  explicit TiedHeadImpl(const Tensor& w) { register_parameter("weight", w); }
+  Tensor forward(const Tensor& x) override { return matmul(x, own_parameters()[0].second.t()); }
+  std::string name() const override { return "Linear(tied)"; }
+};
+
+class GptImpl final : public nn::ModuleImpl {
+public:
+  GptImpl(const Config& c, std::int64_t vocab) : block_size(c.block_size) {
+    transformer = register_module("transformer", std::make_shared<TransformerImpl>(c, vocab));
+    // lm_head shares the token embedding (weight tying, Press & Wolf 2017), as nanoGPT.
+    lm_head = register_module("lm_head", std::make_shared<TiedHeadImpl>(transformer->wte->own_parameters()[0].second));
+  }
+  // idx [B, T] (T <= block_size) -> logits [B, T, vocab].
+  Tensor forward(const Tensor& idx) override { return lm_head->forward(transformer->forward(idx)); }
+  std::string name() const override { return "GPT"; }
+  std::shared_ptr<TransformerImpl> transformer;
+  std::shared_ptr<TiedHeadImpl> lm_head;
+  std::int64_t block_size;
+};
+
+// ---- training -------------------------------------------------------------------------------
+
+// nanoGPT's get_lr: linear warm-up over `warmup` steps, cosine from lr to min_lr at `iters`.
+double lr_at(const Config& c, std::int64_t it) {
+  if (it < c.warmup) return c.lr * static_cast<double>(it + 1) / static_cast<double>(c.warmup + 1);
+  if (it >= c.iters) return c.min_lr;
+  const double ratio = static_cast<double>(it - c.warmup) / static_cast<double>(std::max<std::int64_t>(c.iters - c.warmup, 1));
+  return c.min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * ratio)) * (c.lr - c.min_lr);
+}
+
+// A batch of `b` windows of `t` tokens at random offsets of `data` (i64 on the device): x and
+// the next-token targets y, [b, t] each; no host sync.
+std::pair<Tensor, Tensor> batch(const Tensor& data, std::int64_t b, std::int64_t t) {
+  const Device dev = data.device();
+  Tensor offsets = randint(0, data.size(0) - t, {b, 1}, {.device = dev});
+  Tensor idx = add(offsets, arange(t, {.dtype = DType::i64, .device = dev}).unsqueeze(0));
+  Tensor x = index_select(data, 0, idx.flatten()).view({b, t});
+  Tensor y = index_select(data, 0, add(idx, 1).flatten()).view({b, t});
+  return {x, y};
+}
+
+Tensor lm_loss(GptImpl& model, const Tensor& x, const Tensor& y) {
+  Tensor logits = model.forward(x);
+  const std::int64_t v = logits.size(-1);
+  return cross_entropy(logits.reshape({-1, v}), y.reshape({-1}));
+}
+
+// Mean loss over `iters` batches of each split, in evaluation mode (one host read per split).
+std::pair<double, double> estimate(const nn::Module& m, GptImpl& model, const Tensor& train, const Tensor& val,
+                                   const Config& c) {
+  NoGradGuard no_grad;
+  m.eval();
+  double out[2];
+  const Tensor* splits[2] = {&train, &val};
+  for (int s = 0; s < 2; ++s) {
+    Tensor acc = zeros({}, {.device = splits[s]->device()});
+    for (std::int64_t i = 0; i < c.eval_iters; ++i) {
+      auto [x, y] = batch(*splits[s], c.batch_size, c.block_size);
+      acc = add(acc, lm_loss(model, x, y));
+    }
+    out[s] = acc.item<double>() / static_cast<double>(c.eval_iters);
+  }
+  m.train();
+  return {out[0], out[1]};
+}
+
+// Top-k sampling (Fan et al. 2018) at a temperature, one token at a time from `prompt`.
+std::vector<std::int64_t> generate(const nn::Module& m, GptImpl& model, std::vector<std::int64_t> tokens, std::int64_t n,
+                                   double temperature, std::int64_t top_k, Device dev) {
+  NoGradGuard no_grad;
+  m.eval();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t t = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), model.block_size);
+    std::vector<std::int64_t> window(tokens.end() - t, tokens.end());
+    Tensor idx = Tensor::from_vector(window, {1, t}).to(dev);
+    Tensor logits = div(model.forward(idx).select(1, t - 1), temperature);  // [1, vocab]
+    if (top_k > 0 && top_k < logits.size(-1)) {
+      Tensor kth = topk(logits, top_k, -1).values.narrow(-1, top_k - 1, 1);
+      logits = masked_fill(logits, lt(logits, kth), -std::numeric_limits<double>::infinity());
+    }
+    tokens.push_back(multinomial(softmax(logits, -1), 1).item<std::int64_t>());
+  }
+  return tokens;
+}
+
+// nanoGPT's initialisation: N(0, 0.02) weights and embeddings, c_proj's std scaled by
+// 1 / sqrt(2 n_layer) (GPT-2's residual scaling); layer norms' weights stay 1.
+void init_weights(const nn::Module& m, std::int64_t n_layer) {
+  NoGradGuard no_grad;
+  for (auto& [name, p] : m.named_parameters()) {
+    if (p.dim() < 2) continue;
+    const bool proj = name.ends_with("c_proj.weight");
+    nn::init::normal_(p, 0.0, proj ? 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer)) : 0.02);
+  }
+}
+
+bool is_tty() { return isatty(fileno(stdout)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"Train a character-level GPT (nanoGPT's shakespeare-char shape) on plain text with brrr."};
+  app.add_option("--device", cfg.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--text", cfg.text, "a UTF-8 text file (default: the fortunes package's files)");
+  app.add_flag("--tiny", cfg.tiny, "a small configuration for a CPU: 2 layers, 2 heads, 64 wide, block 64, batch 16, 300 iters");
+  app.add_option("--iters", cfg.iters, "training steps (0: no training, e.g. to sample from --resume)")->capture_default_str();
+  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->capture_default_str();
+  app.add_option("--block-size", cfg.block_size, "context length")->capture_default_str();
+  app.add_option("--n-layer", cfg.n_layer, "transformer blocks")->capture_default_str();
+  app.add_option("--n-head", cfg.n_head, "attention heads")->capture_default_str();
+  app.add_option("--n-embd", cfg.n_embd, "model width")->capture_default_str();
+  app.add_option("--dropout", cfg.dropout, "dropout probability")->capture_default_str();
+  app.add_option("--lr", cfg.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--eval-every", cfg.eval_every, "steps between train/validation estimates")->capture_default_str();
+  app.add_option("--eval-iters", cfg.eval_iters, "batches per estimate")->capture_default_str();
+  app.add_option("--log-every", cfg.log_every, "steps between progress updates (each reads the loss: one sync)")
+      ->capture_default_str();
+  app.add_option("--csv", cfg.csv, "write step,train_loss,val_loss,lr,tokens_per_s rows to FILE");
+  app.add_option("--save", cfg.save, "write the weights to FILE.safetensors (nanoGPT's names) after training");
+  app.add_option("--resume", cfg.resume, "start from the weights (and vocabulary) of FILE.safetensors");
+  app.add_option("--sample", cfg.sample, "characters to generate after training")->capture_default_str();
+  app.add_option("--temperature", cfg.temperature, "sampling temperature")->capture_default_str();
+  app.add_option("--top-k", cfg.top_k, "sample among the k likeliest characters (0: all)")->capture_default_str();
+  app.add_flag("--expect-progress", cfg.expect_progress,
+               "exit with 1 unless the last train-loss estimate is below the first (a smoke test)");
+  app.add_option("--seed", cfg.seed, "seed of weights, dropout, batches and sampling")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (cfg.tiny) {
+    // Flags given explicitly still win over the tiny defaults.
+    auto set = [&](const char* flag, auto& field, auto value) {
+      if (app.count(flag) == 0) field = value;
+    };
+    set("--n-layer", cfg.n_layer, std::int64_t{2});
+    set("--n-head", cfg.n_head, std::int64_t{2});
+    set("--n-embd", cfg.n_embd, std::int64_t{64});
+    set("--block-size", cfg.block_size, std::int64_t{64});
+    set("--batch-size", cfg.batch_size, std::int64_t{16});
+    set("--iters", cfg.iters, std::int64_t{300});
+    set("--eval-every", cfg.eval_every, std::int64_t{100});
+    set("--eval-iters", cfg.eval_iters, std::int64_t{20});
+    set("--dropout", cfg.dropout, 0.0);
+    set("--lr", cfg.lr, 3e-3);
+  }
+  try {
+    if (cfg.n_embd % cfg.n_head != 0) throw Error(ErrorKind::value, "gpt: --n-embd must be a multiple of --n-head");
+    Device dev = cfg.device == "auto" ? (cuda::is_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(cfg.device);
+    manual_seed(cfg.seed);
+
+    std::optional<io::TensorMap> resumed;
+    std::string vocab_text;
+    if (!cfg.resume.empty()) {
+      resumed = io::load_safetensors(cfg.resume);
+      auto meta = io::safetensors_metadata(cfg.resume);
+      if (!meta.count("vocab")) throw Error(ErrorKind::io, "gpt: " + cfg.resume + " has no vocab metadata");
+      vocab_text = meta.at("vocab");
+    }
+    std::vector<std::uint32_t> corpus;
+    if (cfg.iters > 0 || vocab_text.empty()) corpus = decode_utf8(cfg.text.empty() ? fortunes_corpus() : read_file(cfg.text));
+    Vocab vocab = Vocab::of(vocab_text.empty() ? corpus : decode_utf8(vocab_text));
+    const auto vsize = static_cast<std::int64_t>(vocab.chars.size());
+
+    auto model = std::make_shared<GptImpl>(cfg, vsize);
+    nn::Module handle(model);
+    init_weights(handle, cfg.n_layer);
+    if (resumed) handle.load_state_dict(*resumed);
+    handle.to(dev);
+    std::printf("brrr gpt: %lld layers, %lld heads, %lld wide, block %lld, vocab %lld, %.2fM parameters on %s\n",
+                static_cast<long long>(cfg.n_layer), static_cast<long long>(cfg.n_head),
+                static_cast<long long>(cfg.n_embd), static_cast<long long>(cfg.block_size),
+                static_cast<long long>(vsize), static_cast<double>(handle.num_parameters()) / 1e6, dev.str().c_str());
+
+    if (cfg.iters > 0) {
+      std::vector<std::int64_t> ids;
+      ids.reserve(corpus.size());
+      for (auto cp : corpus) {
+        auto it = vocab.index.find(cp);
+        if (it == vocab.index.end()) throw Error(ErrorKind::value, "gpt: the text has a character outside the checkpoint's vocabulary");
+        ids.push_back(it->second);
+      }
+      const auto n_train = static_cast<std::int64_t>(0.9 * static_cast<double>(ids.size()));
+      if (n_train <= cfg.block_size + 1 || static_cast<std::int64_t>(ids.size()) - n_train <= cfg.block_size + 1)
+        throw Error(ErrorKind::value, "gpt: the text is too short for block size " + std::to_string(cfg.block_size));
+      Tensor all = Tensor::from_vector(ids, {static_cast<std::int64_t>(ids.size())}).to(dev);
+      Tensor train = all.narrow(0, 0, n_train), val = all.narrow(0, n_train, all.size(0) - n_train);
+      std::printf("corpus: %zu characters (%lld train, %lld validation)\n", ids.size(), static_cast<long long>(n_train),
+                  static_cast<long long>(all.size(0) - n_train));
+
+      // Weight decay on matrices and embeddings, none on the layer norms' weights (nanoGPT).
+      std::vector<Tensor> decay, no_decay;
+      for (const Tensor& p : handle.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+      optim::AdamW opt_decay(decay, {.lr = cfg.lr, .betas = {0.9, cfg.beta2}, .weight_decay = cfg.weight_decay});
+      optim::AdamW opt_plain(no_decay, {.lr = cfg.lr, .betas = {0.9, cfg.beta2}, .weight_decay = 0.0});
+      const std::vector<Tensor> params = handle.parameters();
+
+      std::FILE* csv = cfg.csv.empty() ? nullptr : std::fopen(cfg.csv.c_str(), "w");
+      if (!cfg.csv.empty() && !csv) throw Error(ErrorKind::io, "gpt: cannot write " + cfg.csv);
+      if (csv) std::fprintf(csv, "step,train_loss,val_loss,lr,tokens_per_s\n");
+      using clock = std::chrono::steady_clock;
+      auto t0 = clock::now();
+      std::int64_t tokens_since = 0;
+      double rate = 0, first_loss = 0, last_loss = 0;
+      for (std::int64_t it = 0; it <= cfg.iters; ++it) {
+        const double lr = lr_at(cfg, it);
+        if (it % cfg.eval_every == 0 || it == cfg.iters) {
+          auto [tl, vl] = estimate(handle, *model, train, val, cfg);
+          if (it == 0) first_loss = tl;
+          last_loss = tl;
+          std::printf("%sstep %lld: train loss %.4f, val loss %.4f\n", is_tty() ? "\n" : "", static_cast<long long>(it),
+                      tl, vl);
+          if (csv) {
+            std::fprintf(csv, "%lld,%.6f,%.6f,%.6g,%.1f\n", static_cast<long long>(it), tl, vl, lr, rate);
+            std::fflush(csv);
+          }
+          t0 = clock::now();  // estimates are not training time
+          tokens_since = 0;
+        }
+        if (it == cfg.iters) break;
+        opt_decay.set_lr(lr);
+        opt_plain.set_lr(lr);
+        auto [x, y] = batch(train, cfg.batch_size, cfg.block_size);
+        Tensor loss = lm_loss(*model, x, y);
+        opt_decay.zero_grad();
+        opt_plain.zero_grad();
+        loss.backward();
+        (void)optim::clip_grad_norm_(params, cfg.grad_clip);
+        opt_decay.step();
+        opt_plain.step();
+        tokens_since += cfg.batch_size * cfg.block_size;
+        if ((it + 1) % cfg.log_every == 0) {
+          const double l = loss.item<double>();  // the one sync of this interval
+          const double s = std::chrono::duration<double>(clock::now() - t0).count();
+          rate = s > 0 ? static_cast<double>(tokens_since) / s : 0;
+          const int width = 30;
+          const int filled = static_cast<int>(width * (it + 1) / cfg.iters);
+          std::printf(is_tty() ? "\r[%s%s] %lld/%lld  loss %.4f  lr %.2e  %.0f tokens/s" :
+                                 "[%s%s] %lld/%lld  loss %.4f  lr %.2e  %.0f tokens/s\n",
+                      std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                      static_cast<long long>(it + 1), static_cast<long long>(cfg.iters), l, lr, rate);
+          std::fflush(stdout);
+        }
+      }
+      if (csv) std::fclose(csv);
+      if (cfg.expect_progress && !(last_loss < first_loss)) {
+        std::fprintf(stderr, "gpt: the train loss did not fall (%.4f -> %.4f)\n", first_loss, last_loss);
+        return 1;
+      }
+    }
+    if (!cfg.save.empty()) {
+      io::TensorMap tensors;
+      for (auto& [name, t] : handle.state_dict()) tensors[name] = t;
+      io::save_safetensors(cfg.save, tensors, {{"vocab", vocab.text()}, {"format", "pt"}});
+      std::printf("saved %s (nanoGPT's parameter names; vocabulary in the metadata)\n", cfg.save.c_str());
+    }
+    if (cfg.sample > 0) {
+      const std::int64_t start = vocab.index.count('\n') ? vocab.index.at('\n') : 0;
+      std::vector<std::int64_t> out = generate(handle, *model, {start}, cfg.sample, cfg.temperature, cfg.top_k, dev);
+      std::string text;
+      for (std::size_t i = 1; i < out.size(); ++i) text += encode_utf8(vocab.chars[static_cast<std::size_t>(out[i])]);
+      std::printf("---- sample (temperature %g, top-k %lld)\n%s\n----\n", cfg.temperature,
+                  static_cast<long long>(cfg.top_k), text.c_str());
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

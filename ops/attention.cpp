@@ -1,0 +1,184 @@
+// scaled_dot_product_attention (Vaswani et al. 2017, eq. 1) with PyTorch's semantics, and the
+// fused kernel behind it on CUDA (FlashAttention-2, Dao 2023). The composite — matmul,
+// masked scores, softmax, dropout, matmul — is the reference and the CPU path; every step is
+// a recorded op, so its backward needs nothing here. The fused op calls the backend's
+// attention_forward / attention_backward (ops/cpu/attention.cpp, ops/cuda/attention.cu) and
+// saves q, k, v, the output and each row's log-sum-exp; under create_graph its backward is
+// the same gradient written with Tensor ops (recomputing the probabilities), so that second
+// derivatives exist.
+module;
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+module brrr.ops;
+import brrr.tensor;
+import brrr.backend;
+
+namespace brrr {
+
+using namespace ops_detail;
+
+namespace {
+
+constexpr const char* sdpa = "scaled_dot_product_attention";
+constexpr const char* flash = "scaled_dot_product_flash_attention";
+constexpr double neg_inf = -std::numeric_limits<double>::infinity();
+
+void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  require_defined(op, q, "query");
+  require_defined(op, k, "key");
+  require_defined(op, v, "value");
+  common_device(op, {q, k, v});
+  require_floating(op, q, "query");
+  if (k.dtype() != q.dtype() || v.dtype() != q.dtype())
+    throw Error(ErrorKind::dtype, std::string(op) + ": query, key and value must have one dtype, got " + describe(q) +
+                                      ", " + describe(k) + ", " + describe(v));
+  if (q.dim() < 2 || k.dim() < 2 || v.dim() < 2)
+    throw Error(ErrorKind::shape, std::string(op) + ": query, key and value need at least 2 dims ([..., L, E]), got " +
+                                      describe(q) + ", " + describe(k) + ", " + describe(v));
+  if (q.size(-1) != k.size(-1) || k.size(-2) != v.size(-2))
+    throw Error(ErrorKind::shape, std::string(op) + ": expected query [..., L, E], key [..., S, E], value [..., S, Ev], got " +
+                                      to_string(q.shape()) + ", " + to_string(k.shape()) + ", " + to_string(v.shape()));
+}
+
+double scale_of(const Tensor& q, const SdpaOptions& o) {
+  return o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+
+// [L, S] bool: true where key j is after query i (masked out by is_causal).
+Tensor future_mask(std::int64_t l, std::int64_t s, Device dev) {
+  NoGradGuard no_grad;
+  TensorOptions i64{.dtype = DType::i64, .device = dev};
+  return gt(arange(s, i64).unsqueeze(0), arange(l, i64).unsqueeze(1));
+}
+
+// softmax(scale q k^T (+ causal)) of the fused op's inputs, as recorded ops.
+Tensor probabilities(const Tensor& q, const Tensor& k, double scale, bool causal) {
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  if (causal) scores = masked_fill(scores, future_mask(q.size(-2), k.size(-2), q.device()), neg_inf);
+  return softmax(scores, -1);
+}
+
+// A tensor of `shape` [B, H, T, D] whose memory is [B, T, H, D] (last stride 1).
+Tensor empty_bthd(const Shape& shape, DType dtype, Device dev) {
+  return empty({shape[0], shape[2], shape[1], shape[3]}, {.dtype = dtype, .device = dev}).permute({0, 2, 1, 3});
+}
+
+Tensor last_dim_contiguous(const Tensor& t) { return t.stride(-1) == 1 || t.size(-1) == 1 ? t : t.contiguous(); }
+
+struct FlashParams {
+  double scale;
+  bool causal;
+};
+
+autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
+  // The inputs as given (so that create_graph reaches them), made last-dim contiguous below.
+  const Tensor q = c.saved(0), k = c.saved(1), v = c.saved(2);
+  Tensor g = c.grad();
+  if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
+  if (autograd::is_grad_enabled()) {
+    // create_graph: the same gradients as recorded ops of q, k, v.
+    Tensor pr = probabilities(q, k, p.scale, p.causal);
+    Tensor dv = matmul(pr.transpose(-2, -1), g);
+    Tensor dp = matmul(g, v.transpose(-2, -1));
+    Tensor ds = mul(pr, sub(dp, sum(mul(dp, pr), {-1}, true)));
+    return {mul(matmul(ds, k), p.scale), mul(matmul(ds.transpose(-2, -1), q), p.scale), dv};
+  }
+  const Tensor out = c.saved(3), lse = c.saved(4);
+  const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
+  Tensor gc = last_dim_contiguous(g.dtype() == q.dtype() ? g : g.to(q.dtype()));
+  Tensor dq = empty_bthd(q.shape(), q.dtype(), q.device());
+  Tensor dk = empty_bthd(k.shape(), k.dtype(), k.device());
+  Tensor dv = empty_bthd(v.shape(), v.dtype(), v.device());
+  backend::backend_for(q.device())
+      .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
+                          backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
+                          backend::input(vc, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
+                          p.causal);
+  return {c.needs(0) ? dq : Tensor(), c.needs(1) ? dk : Tensor(), c.needs(2) ? dv : Tensor()};
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                          SdpaOptions options) {
+  NvtxRange range(flash);
+  check_qkv(flash, query, key, value);
+  if (options.attn_mask.defined() || options.dropout_p != 0)
+    throw Error(ErrorKind::value, std::string(flash) + ": takes no attn_mask and no dropout (use "
+                                                       "scaled_dot_product_attention)");
+  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4 || key.size(0) != query.size(0) ||
+      value.size(0) != query.size(0) || key.size(1) != query.size(1) || value.size(1) != query.size(1) ||
+      value.size(3) != query.size(3))
+    throw Error(ErrorKind::shape, std::string(flash) + ": expected query [B, H, L, D], key and value [B, H, S, D], got " +
+                                      to_string(query.shape()) + ", " + to_string(key.shape()) + ", " +
+                                      to_string(value.shape()));
+  const std::int64_t d = query.size(3);
+  if (d < 1 || d > 128 || key.size(2) < 1)
+    throw Error(ErrorKind::shape, std::string(flash) + ": needs 1 <= D <= 128 and S >= 1, got query " +
+                                      to_string(query.shape()) + " and key " + to_string(key.shape()));
+  const Device dev = query.device();
+  const FlashParams params{scale_of(query, options), options.is_causal};
+  Tensor q, k, v, out, lse;
+  {
+    NoGradGuard no_grad;
+    q = last_dim_contiguous(query);
+    k = last_dim_contiguous(key);
+    v = last_dim_contiguous(value);
+    out = empty_bthd(query.shape(), query.dtype(), dev);
+    lse = empty({query.size(0), query.size(1), query.size(2)},
+                {.dtype = query.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = dev});
+    if (out.numel() > 0)
+      backend::backend_for(dev).attention_forward(backend::output(out, flash), backend::output(lse, flash),
+                                                  backend::input(q, flash), backend::input(k, flash),
+                                                  backend::input(v, flash), params.scale, params.causal);
+  }
+  if (autograd::any_requires_grad({query, key, value}) && out.numel() > 0)
+    autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out}, {query, key, value, out, lse},
+                     [params](const autograd::Backward& c) { return flash_rule(c, params); });
+  return out;
+}
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    SdpaOptions options) {
+  NvtxRange range(sdpa);
+  check_qkv(sdpa, query, key, value);
+  const Tensor& mask = options.attn_mask;
+  if (!(options.dropout_p >= 0 && options.dropout_p <= 1))
+    throw Error::bad_value(sdpa, "dropout_p", options.dropout_p, "in [0, 1]");
+  const std::int64_t l = query.size(-2), s = key.size(-2);
+  if (mask.defined()) {
+    common_device(sdpa, {query, mask});
+    if (options.is_causal)
+      throw Error(ErrorKind::value, std::string(sdpa) + ": attn_mask and is_causal cannot both be set");
+    if (mask.dtype() != DType::boolean && !is_floating_point(mask.dtype()))
+      throw Error::dtype_not_supported(sdpa, "attn_mask must be bool or floating", mask);
+    (void)broadcast_shapes(mask.shape(), {l, s}, sdpa);
+  }
+  const bool fused = query.device().is_cuda() && query.dtype() != DType::f64 && !mask.defined() &&
+                     options.dropout_p == 0 && query.dim() == 4 && key.dim() == 4 && value.dim() == 4 &&
+                     key.size(0) == query.size(0) && value.size(0) == query.size(0) &&
+                     key.size(1) == query.size(1) && value.size(1) == query.size(1) &&
+                     value.size(3) == query.size(3) && query.size(3) >= 1 && query.size(3) <= 128 && s >= 1;
+  if (fused) return scaled_dot_product_flash_attention(query, key, value, options);
+
+  Tensor scores = mul(matmul(query, key.transpose(-2, -1)), scale_of(query, options));  // [..., L, S]
+  if (options.is_causal) scores = masked_fill(scores, future_mask(l, s, query.device()), neg_inf);
+  Tensor dead;  // rows with no key left: PyTorch's safe softmax gives them weights 0
+  if (mask.defined()) {
+    if (mask.dtype() == DType::boolean) scores = masked_fill(scores, logical_not(mask), neg_inf);
+    else scores = add(scores, mask.dtype() == query.dtype() ? mask : mask.to(query.dtype()));
+    NoGradGuard no_grad;
+    dead = eq(amax(scores, {-1}, true), neg_inf);
+  }
+  // A dead row's scores become 0 before softmax (finite gradients) and its weights 0 after.
+  Tensor weights = dead.defined() ? masked_fill(softmax(masked_fill(scores, dead, 0.0), -1), dead, 0.0)
+                                  : softmax(scores, -1);
+  if (options.dropout_p > 0) weights = dropout(weights, options.dropout_p, true);
+  return matmul(weights, value);
+}
+
+}  // namespace brrr

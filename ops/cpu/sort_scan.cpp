@@ -1,0 +1,113 @@
+// CPU kernels of the scans, the sort and searchsorted, over contiguous [rows, n] operands
+// along the last dim (the op layer moves the dim last). Math: ops/scan_sort_math.hpp, shared
+// with the CUDA kernels.
+module;
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/contract.hpp"
+#include "ops/scan_sort_math.hpp"
+module brrr.backend;
+import brrr.tensor;
+
+namespace brrr::backend {
+
+using namespace cpu;
+namespace sm = scan_math;
+
+namespace {
+
+// Rows and length of a contiguous operand scanned along its last dim.
+void rows_and_length(const Operand& t, std::int64_t& rows, std::int64_t& n) {
+  n = t.ndim == 0 ? 1 : t.sizes[t.ndim - 1];
+  rows = n == 0 ? 0 : t.numel / n;
+}
+
+}  // namespace
+
+void CpuBackend::scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indices) {
+  std::int64_t rows = 0, n = 0;
+  rows_and_length(in, rows, n);
+  with_op(op, [&]<ScanOp OP>() {
+    dispatch(in.dtype, [&]<class T>(T*) {
+      using A = accumulate_t<T>;
+      const auto* x = static_cast<const T*>(in.data);
+      auto* y = static_cast<T*>(out.data);
+      auto* idx = indices ? static_cast<std::int64_t*>(indices->data) : nullptr;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        A acc{};
+        std::int64_t at = 0;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const A v = load_acc(x[r * n + j]);
+          acc = j == 0 ? v : sm::combine<OP, A>(acc, v);
+          if (idx) {
+            if (sm::is_running_extreme(v, acc)) at = j;
+            idx[r * n + j] = at;
+          }
+          y[r * n + j] = narrow_to<T>(acc);
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::sort(const Operand& values, const Operand& indices, const Operand& in, bool descending) {
+  std::int64_t rows = 0, n = 0;
+  rows_and_length(in, rows, n);
+  dispatch(in.dtype, [&]<class T>(T*) {
+    const auto* x = static_cast<const T*>(in.data);
+    auto* v = static_cast<T*>(values.data);
+    auto* idx = static_cast<std::int64_t*>(indices.data);
+    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * n;
+      // NaN is the largest value (PyTorch); -0.0 == 0.0 by the comparison itself.
+      auto less = [&](std::int64_t a, std::int64_t b) {
+        const auto wa = widen(row[a]), wb = widen(row[b]);
+        if constexpr (std::is_floating_point_v<decltype(wa)>) {
+          if (wa != wa) return false;
+          if (wb != wb) return true;
+        }
+        return wa < wb;
+      };
+      std::iota(order.begin(), order.end(), std::int64_t(0));
+      if (descending) std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return less(b, a); });
+      else std::stable_sort(order.begin(), order.end(), less);
+      for (std::int64_t j = 0; j < n; ++j) {
+        idx[r * n + j] = order[static_cast<std::size_t>(j)];
+        v[r * n + j] = row[order[static_cast<std::size_t>(j)]];
+      }
+    }
+  });
+}
+
+void CpuBackend::searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right) {
+  std::int64_t rows = 0, n = 0, vrows = 0, m = 0;
+  rows_and_length(sorted, rows, n);
+  rows_and_length(values, vrows, m);
+  if (n == 0) rows = sorted.ndim >= 2 ? sorted.sizes[0] : 1;
+  dispatch(sorted.dtype, [&]<class T>(T*) {
+    const auto* s = static_cast<const T*>(sorted.data);
+    const auto* v = static_cast<const T*>(values.data);
+    auto* o = static_cast<std::int64_t*>(out.data);
+    for (std::int64_t r = 0; r < vrows; ++r) {
+      const T* row = s + (rows == 1 ? 0 : r) * n;
+      for (std::int64_t j = 0; j < m; ++j) {
+        const auto x = widen(v[r * m + j]);
+        std::int64_t lo = 0, hi = n;  // first position whose element is >= x (> x when right)
+        while (lo < hi) {
+          const std::int64_t mid = lo + (hi - lo) / 2;
+          const auto e = widen(row[mid]);
+          if (right ? !(x < e) : (e < x)) lo = mid + 1;
+          else hi = mid;
+        }
+        o[r * m + j] = lo;
+      }
+    }
+  });
+}
+
+}  // namespace brrr::backend
