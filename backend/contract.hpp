@@ -503,7 +503,8 @@ template <class F> void with_op(ReduceOp op, F&& f) {
                              std::int64_t ignore_index, double label_smoothing))                                    \
   /* Inclusive scan along the last dim of contiguous [rows, n] `in` into contiguous `out` of the same shape and    \
      dtype (the op layer converts integers to i64 for cumsum/cumprod; logcumsumexp is floating only), accumulated  \
-     in accumulate_t; cummax/cummin write the i64 index of the running extreme into `indices` (else nullptr). */     \
+     in accumulate_t on CUDA, in double for floats on the CPU (its sequential order is the worst for rounding);     \
+     cummax/cummin write the i64 index of the running extreme into `indices` (else nullptr). */                     \
   X(scan, (ScanOp op, const Operand& out, const Operand& in, const Operand* indices))                              \
   /* Stable sort of each row of contiguous [rows, n] `in` (any dtype): sorted `values` (in's dtype) and their i64   \
      positions `indices`, both contiguous [rows, n]; NaN sorts as the largest value, -0.0 equals 0.0. */            \
