@@ -52,7 +52,7 @@ Tensor nonzero(const Tensor& x) {
   Tensor mask = x.dtype() == DType::boolean ? x : ne(x, 0);
   Tensor pos = true_positions(mask);
   const std::int64_t k = pos.numel(), nd = x.dim();
-  if (nd == 0) return empty({k, 0}, {.dtype = DType::i64, .device = x.device()});
+  if (nd == 0 || k == 0) return empty({k, nd}, {.dtype = DType::i64, .device = x.device()});
   // Coordinates from the flat positions, dim by dim (row-major).
   std::vector<Tensor> coords(static_cast<std::size_t>(nd));
   Tensor rest = pos;

@@ -164,7 +164,7 @@ TEST_CASE("gpu nonzero, masked_select, masked_scatter: GPU equals CPU; one count
   manual_seed(1703);
   for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::boolean})
     for (const Shape& s : std::vector<Shape>{{1000}, {37, 29}, {3, 1, 40, 2}, {0, 5}, {}}) {
-      const std::string what = to_string(dt) + " " + to_string(s);
+      const std::string what = std::string(to_string(dt)) + " " + to_string(s);
       Tensor x = dt == DType::boolean ? lt(rand(s), 0.3) : mul(lt(rand(s), 0.3).to(DType::f32), randint(1, 5, s).to(DType::f32)).to(dt);
       parity("nonzero " + what, [](const In& i) { return nonzero(i[0]); }, {x}, false, {.rtol = 0, .atol = 0});
     }
