@@ -219,6 +219,13 @@ void check_source(const char* op, const Tensor& x, std::int64_t d, const Tensor&
                                     std::to_string(d));
 }
 
+// Error(index) when there are indices but dim d of x is empty (every index is out of range).
+void require_reachable(const char* op, const Tensor& x, std::int64_t d, const Tensor& idx) {
+  if (idx.numel() > 0 && at_least_1d(x).size(d) == 0)
+    throw Error(ErrorKind::index, std::string(op) + ": dim " + std::to_string(d) + " of input " + describe(x) +
+                                      " is empty, so every index is out of range");
+}
+
 // The 1-D index [k] as a scatter index of `shape` (size k along d, stride 0 elsewhere).
 Tensor expanded(const Tensor& idx, std::int64_t d, Shape shape) {
   shape[static_cast<std::size_t>(d)] = idx.numel();
@@ -278,9 +285,7 @@ Tensor index_add(const Tensor& x, std::int64_t dim, const Tensor& index, const T
   check_source(name, x, d, idx, source);
   if (x.dtype() == DType::boolean) throw Error::dtype_not_supported(name, "bool tensors are not supported", x);
   Tensor x1 = at_least_1d(x), s1 = at_least_1d(source);
-  if (idx.numel() > 0 && x1.size(d) == 0)
-    throw Error(ErrorKind::index, "index_add: dim " + std::to_string(d) + " of input " + describe(x) +
-                                      " is empty, so every index is out of range");
+  require_reachable(name, x, d, idx);
   Tensor src = alpha.value == 1.0 ? s1 : mul(s1, alpha);
   Tensor out = scatter_add_coded(CheckedOp::index_add, x1, d, expanded(idx, d, x1.shape()), src);
   return x.dim() == 0 ? out.view({}) : out;
@@ -294,9 +299,7 @@ Tensor index_copy(const Tensor& x, std::int64_t dim, const Tensor& index, const 
   Tensor idx = index_vector(name, x, index);
   check_source(name, x, d, idx, source);
   Tensor x1 = at_least_1d(x);
-  if (idx.numel() > 0 && x1.size(d) == 0)
-    throw Error(ErrorKind::index, "index_copy: dim " + std::to_string(d) + " of input " + describe(x) +
-                                      " is empty, so every index is out of range");
+  require_reachable(name, x, d, idx);
   Tensor out = scatter_assign(CheckedOp::index_copy, x1, d, expanded(idx, d, x1.shape()), at_least_1d(source));
   return x.dim() == 0 ? out.view({}) : out;
 }
@@ -308,9 +311,7 @@ Tensor index_fill(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar
   const std::int64_t d = wrap_dim(name, dim, x.dim(), x.shape());
   Tensor idx = index_vector(name, x, index);
   Tensor x1 = at_least_1d(x);
-  if (idx.numel() > 0 && x1.size(d) == 0)
-    throw Error(ErrorKind::index, "index_fill: dim " + std::to_string(d) + " of input " + describe(x) +
-                                      " is empty, so every index is out of range");
+  require_reachable(name, x, d, idx);
   if (x1.size(d) > 0) {  // negative indices count from the end (PyTorch's index_fill)
     NoGradGuard no_grad;
     idx = where(lt(idx, 0), add(idx, x1.size(d)), idx);
