@@ -71,6 +71,24 @@ __global__ void gather_kernel(Operand out, Operand in, int dim, Operand index, i
 
 // ---- scatter_add with atomics ----
 
+// Element offsets of position i (row-major over index's shape) in index, in src, and in out
+// without the dim coordinate (which the index value gives).
+struct ScatterAt {
+  std::int64_t index = 0, src = 0, out = 0;
+};
+__device__ __forceinline__ ScatterAt scatter_at(const Operand& out, int dim, const Operand& index, const Operand& src,
+                                                std::int64_t i) {
+  ScatterAt a;
+  for (int d = index.ndim - 1; d >= 0; --d) {
+    const std::int64_t c = i % index.sizes[d];
+    i /= index.sizes[d];
+    a.index += c * index.strides[d];
+    a.src += c * src.strides[d];
+    if (d != dim) a.out += c * out.strides[d];
+  }
+  return a;
+}
+
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v); }
@@ -90,16 +108,9 @@ __global__ void scatter_atomic_kernel(Operand out, int dim, Operand index, Opera
   const std::int64_t size = out.sizes[dim];
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
-    std::int64_t r = i, oo = 0, oi = 0, os = 0;
-    for (int d = index.ndim - 1; d >= 0; --d) {
-      const std::int64_t c = r % index.sizes[d];
-      r /= index.sizes[d];
-      oi += c * index.strides[d];
-      os += c * src.strides[d];
-      if (d != dim) oo += c * out.strides[d];
-    }
-    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
-    atomic_add(o + oo + k * out.strides[dim], s[os]);
+    const ScatterAt a = scatter_at(out, dim, index, src, i);
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[a.index]), size, flag, code);
+    atomic_add(o + a.out + k * out.strides[dim], s[a.src]);
   }
 }
 
@@ -161,17 +172,10 @@ __global__ void scatter_reduce_kernel(Operand out, int dim, Operand index, Opera
   const std::int64_t size = out.sizes[dim];
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
-    std::int64_t r = i, oo = 0, oi = 0, os = 0;
-    for (int d = index.ndim - 1; d >= 0; --d) {
-      const std::int64_t c = r % index.sizes[d];
-      r /= index.sizes[d];
-      oi += c * index.strides[d];
-      os += c * src.strides[d];
-      if (d != dim) oo += c * out.strides[d];
-    }
-    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
-    T* p = o + oo + k * out.strides[dim];
-    const T v = s[os];
+    const ScatterAt a = scatter_at(out, dim, index, src, i);
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[a.index]), size, flag, code);
+    T* p = o + a.out + k * out.strides[dim];
+    const T v = s[a.src];
     if constexpr (OP == ScatterOp::assign) {
       *p = v;
     } else {
