@@ -269,6 +269,16 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(cummin, "cummin")             \
   X(logcumsumexp, "logcumsumexp")
 
+/// The non-additive reductions of scatter_reduce's kernel (sum is scatter_add's, mean is the
+/// op layer's sum / count): X(op, name). assign: the destination takes the source (one of
+/// them where several meet: the last in row-major order on the CPU, any on CUDA). amax/amin
+/// propagate NaN. The math: ops/scatter_math.hpp.
+#define BRRR_SCATTER_OPS(X) \
+  X(assign, "assign")       \
+  X(prod, "prod")           \
+  X(amax, "amax")           \
+  X(amin, "amin")
+
 /// The ops whose kernels validate their inputs: X(op, name, kind). The CPU kernels throw at
 /// the call (kind index: Error(index); division: Error(value)); the CUDA kernels store the
 /// op's code (its enumerator) into the device's deferred error flag, raised at the next sync
@@ -277,6 +287,11 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(embedding, "embedding", index)                          \
   X(gather, "gather", index)                                \
   X(scatter_add, "scatter_add", index)                      \
+  X(scatter, "scatter", index)                              \
+  X(scatter_reduce, "scatter_reduce", index)                \
+  X(index_add, "index_add", index)                          \
+  X(index_copy, "index_copy", index)                        \
+  X(index_fill, "index_fill", index)                        \
   X(index_select, "index_select", index)                    \
   X(one_hot, "one_hot", index)                              \
   X(nll_target, "cross_entropy/nll_loss (target)", index)  \
@@ -290,6 +305,7 @@ enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
 enum class BinaryOp : std::uint8_t { BRRR_BINARY_OPS(BRRR_ENUMERATOR) };
 enum class ReduceOp : std::uint8_t { BRRR_REDUCE_OPS(BRRR_ENUMERATOR) };
 enum class ScanOp : std::uint8_t { BRRR_SCAN_OPS(BRRR_ENUMERATOR) };
+enum class ScatterOp : std::uint8_t { BRRR_SCATTER_OPS(BRRR_ENUMERATOR) };
 /// 0 is no op: a clear deferred error flag.
 enum class CheckedOp : std::uint8_t { none, BRRR_CHECKED_OPS(BRRR_ENUMERATOR) };
 #undef BRRR_ENUMERATOR
@@ -353,6 +369,14 @@ BRRR_HD constexpr const char* name_of(ReduceOp op) {
   }
   return "?";
 }
+BRRR_HD constexpr const char* name_of(ScatterOp op) {
+  switch (op) {
+#define BRRR_CASE(op, name) BRRR_NAME_CASE(ScatterOp, op, name)
+    BRRR_SCATTER_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+  return "?";
+}
 BRRR_HD constexpr const char* name_of(ScanOp op) {
   switch (op) {
 #define BRRR_CASE(op, name) BRRR_NAME_CASE(ScanOp, op, name)
@@ -402,6 +426,14 @@ template <class F> void with_op(BinaryOp op, F&& f) {
 #define BRRR_CASE(op, ...) \
   case BinaryOp::op: return f.template operator()<BinaryOp::op>();
     BRRR_BINARY_OPS(BRRR_CASE)
+#undef BRRR_CASE
+  }
+}
+template <class F> void with_op(ScatterOp op, F&& f) {
+  switch (op) {
+#define BRRR_CASE(op, ...) \
+  case ScatterOp::op: return f.template operator()<ScatterOp::op>();
+    BRRR_SCATTER_OPS(BRRR_CASE)
 #undef BRRR_CASE
   }
 }
@@ -464,6 +496,11 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      summation order (slower on CUDA) instead of atomics. Out-of-range indices as gather's. */                      \
   X(scatter_add, (const Operand& out, int dim, const Operand& index, const Operand& src, bool deterministic,        \
                   CheckedOp op))                                                                                    \
+  /* out[i][index[i][j][k]][k] = op(that, src[i][j][k]) for dim 1 (likewise for any dim), in place; operands as     \
+     scatter_add's (bool too for assign). CPU: row-major order of index; CUDA: atomics (compare-and-swap on the      \
+     element's aligned 32/64-bit word), so prod's rounding order varies. Out-of-range indices as gather's. */         \
+  X(scatter_reduce, (ScatterOp op, const Operand& out, int dim, const Operand& index, const Operand& src,          \
+                     CheckedOp code))                                                                               \
   /* im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the padding read pad_value. */ \
   X(im2col, (const Operand& out, const Operand& in, const Window2d& w, double pad_value))                           \
   /* col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W] (contiguous, zeroed by the      \
@@ -507,7 +544,8 @@ template <class F> void with_op(ReduceOp op, F&& f) {
                              std::int64_t ignore_index, double label_smoothing))                                    \
   /* Inclusive scan along the last dim of contiguous [rows, n] `in` into contiguous `out` of the same shape and    \
      dtype (the op layer converts integers to i64 for cumsum/cumprod; logcumsumexp is floating only), accumulated  \
-     in accumulate_t; cummax/cummin write the i64 index of the running extreme into `indices` (else nullptr). */     \
+     in accumulate_t on CUDA, in double for floats on the CPU (its sequential order is the worst for rounding);     \
+     cummax/cummin write the i64 index of the running extreme into `indices` (else nullptr). */                     \
   X(scan, (ScanOp op, const Operand& out, const Operand& in, const Operand* indices))                              \
   /* Stable sort of each row of contiguous [rows, n] `in` (any dtype): sorted `values` (in's dtype) and their i64   \
      positions `indices`, both contiguous [rows, n]; NaN sorts as the largest value, -0.0 equals 0.0. */            \

@@ -39,6 +39,7 @@ using backend::OptimizerKind;
 using backend::OptimizerStep;
 using backend::ReduceOp;
 using backend::ScanOp;
+using backend::ScatterOp;
 using backend::UnaryOp;
 using backend::Window2d;
 using backend::with_op;

@@ -768,6 +768,53 @@ struct TripletMarginOptions {
 [[nodiscard]] Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);
 /// Slices of x along dim at the positions in the 1-D `index` (i32/i64).
 [[nodiscard]] Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
+
+// ---- scatter and index updates (ops/scatter.cpp), out of place, PyTorch's semantics -------
+// index tensors of scatter/scatter_reduce are i64 with x's ndim, no larger than src in any
+// dim nor than x in any dim but `dim` (Error(shape)); src has x's dtype (Error(dtype)). An
+// index outside [0, x.size(dim)): Error(index) naming the op on the CPU; on CUDA the deferred
+// device error at the next sync (as gather's). Gradients: PyTorch's (derivatives.yaml).
+
+/// x with out[...][index[i][j]][...] = src[i][j] along dim (for dim 1; likewise any dim).
+/// Where several sources meet one destination, the last in row-major order wins on the CPU,
+/// any one of them on CUDA (PyTorch leaves it undefined). Gradient: x's where not
+/// overwritten; src's gathered at index (zero beyond index's extent).
+[[nodiscard]] Tensor scatter(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);
+/// x with `value` written at index along dim.
+[[nodiscard]] Tensor scatter(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar value);
+/// x with src reduced into it at index along dim: reduce is "sum", "prod", "mean", "amax" or
+/// "amin" (Error(value) otherwise); include_self: x's value takes part (else destinations
+/// that index reaches start from the reduction's identity; others keep x's value). mean on
+/// integers rounds down (floor division, as PyTorch). amax/amin propagate NaN; their gradient
+/// is shared evenly by the elements equal to the result. bool: Error(dtype). CUDA combines
+/// with atomics: prod's rounding order varies, sum/mean follow set_deterministic.
+[[nodiscard]] Tensor scatter_reduce(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src,
+                                    std::string_view reduce, bool include_self = true);
+/// x with alpha * source added at the positions of the 1-D (or 0-d) `index` (i32/i64) along
+/// dim: out.select(dim, index[i]) += alpha * source.select(dim, i); repeated indices add up.
+/// source: x's dtype, x's shape except source.size(dim) == index.numel() (Error(shape)).
+[[nodiscard]] Tensor index_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source,
+                               Scalar alpha = 1);
+/// x with out.select(dim, index[i]) = source.select(dim, i) (shapes as index_add's; repeated
+/// indices: one of the sources wins, as in scatter).
+[[nodiscard]] Tensor index_copy(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source);
+/// Indices of the nonzero (true, NaN included) elements of x: i64 [count, x.dim()] in
+/// row-major order (PyTorch's torch.nonzero). The count is read back to the host: on CUDA one
+/// host sync, counted at the sync choke point (cuda::sync_count(); Error under
+/// SyncPolicy::error). Not differentiable.
+[[nodiscard]] Tensor nonzero(const Tensor& x);
+/// The elements of x where the bool `mask` is true (both broadcast to one shape), as a 1-D
+/// tensor in row-major order. Differentiable in x. One counted host sync on CUDA (the count).
+[[nodiscard]] Tensor masked_select(const Tensor& x, const Tensor& mask);
+/// x with its elements where `mask` (bool, broadcast to x's shape) is true replaced, in
+/// row-major order, by source's first elements (source: x's dtype, any shape, at least as
+/// many elements as true ones: Error(value) on the CPU; on CUDA checking would be a host sync,
+/// so a short source is reported by index_select's deferred device error). Differentiable in
+/// x and source. No host sync.
+[[nodiscard]] Tensor masked_scatter(const Tensor& x, const Tensor& mask, const Tensor& source);
+/// x with `value` in the slices at `index` (1-D or 0-d, i32/i64; negative indices count from
+/// the end, as PyTorch's) along dim.
+[[nodiscard]] Tensor index_fill(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar value);
 /// x with `value` where the bool `mask` (broadcast) is true.
 [[nodiscard]] Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 /// The lower (upper) triangle of the last two dims; elements above (below) `diagonal` -> 0.
@@ -1040,6 +1087,10 @@ private:
 const Tensor& index_put_(const Tensor& x, const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
                          bool accumulate = false);
 const Tensor& index_put_(const Tensor& x, const std::vector<indexing::TensorIndex>& indices, Scalar value);
+/// Out-of-place index_put_: a copy of x with x[indices] = values (added when accumulate);
+/// PyTorch's torch.index_put. Differentiable in x and values.
+[[nodiscard]] Tensor index_put(const Tensor& x, const std::vector<indexing::TensorIndex>& indices,
+                               const Tensor& values, bool accumulate = false);
 
 }  // namespace brrr
 
@@ -1054,6 +1105,15 @@ Device common_device(const char* op, std::initializer_list<Tensor> tensors);
 /// of compute(x's old values). Checks shape and dtype of the result against x.
 const Tensor& update(const char* op, const Tensor& x, const Tensor& operand,
                      const std::function<Tensor(const Tensor&)>& compute, const std::function<bool()>& one_kernel);
+/// The shape checks gather and the scatters share (ops/index.cpp): index of x's ndim (and
+/// src's), no larger than x in any dim but `dim` and than src in any; Error(shape) naming op.
+void check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor* src);
+/// x with src added at index along dim (the scatter_add op; ops/index.cpp), its kernel
+/// reporting bad indices as `code`. x, index and src at least 1-d, checks done.
+Tensor scatter_add_coded(backend::CheckedOp code, const Tensor& x, std::int64_t dim, const Tensor& index,
+                         const Tensor& src);
+/// t (a block at the origin of `shape`) placed into zeros of `shape`; differentiable.
+Tensor pad_with_zeros(const Tensor& t, const Shape& shape);
 /// Throws Error(value) for an undefined tensor.
 void require_defined(const char* op, const Tensor& t, const char* name = "input");
 /// Throws Error::dtype_not_supported unless t is floating (f32, f64, bf16, f16); `what`
@@ -1114,6 +1174,10 @@ extern "C++" struct TensorMethods {
   }
   static Tensor index_put_(const Tensor& x, const std::vector<TensorIndex>& indices, Scalar value) {
     return brrr::index_put_(x, indices, value);
+  }
+  static Tensor index_put(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values,
+                          bool accumulate) {
+    return brrr::index_put(x, indices, values, accumulate);
   }
 };
 }  // namespace brrr

@@ -78,15 +78,19 @@ Tensor gather_recorded(CheckedOp code, const char* name, const char* backward_na
                        const Tensor& index);
 Tensor scatter_into_zeros(CheckedOp code, const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src);
 
+}  // namespace
+
 // t (a block at the origin of `shape`) placed into zeros of `shape`: the gradient of src
 // elements that index does not reach is 0. A scatter along dim 0 at each element's own row.
-Tensor pad_with_zeros(const Tensor& t, const Shape& shape) {
+Tensor ops_detail::pad_with_zeros(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
   Shape row(t.dim(), 1);
   row[0] = t.size(0);
   Tensor rows = arange(t.size(0), {.dtype = DType::i64, .device = t.device()}).view(row).expand(t.shape());
   return scatter_into_zeros(CheckedOp::scatter_add, shape, 0, rows, t);
 }
+
+namespace {
 
 // scatter_add's gradient: the output gradient for x, and for src the output gradient
 // gathered at the index (zero where src reaches beyond the index).
@@ -120,8 +124,11 @@ Tensor scatter_into_zeros(CheckedOp code, const Shape& shape, std::int64_t dim, 
   return out;
 }
 
-// The checks shared by gather and scatter_add: one ndim, index sizes within x's (and src's).
-void check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor* src) {
+}  // namespace
+
+// The checks shared by gather and the scatters: one ndim, index sizes within x's (and src's).
+void ops_detail::check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const Tensor& index,
+                                    const Tensor* src) {
   if (index.dim() != x.dim() && !(index.dim() <= 1 && x.dim() <= 1))
     throw Error(ErrorKind::shape, std::string(op) + ": index " + describe(index) + " and input " + describe(x) +
                                       " must have the same number of dims");
@@ -141,7 +148,20 @@ void check_index_shapes(const char* op, const Tensor& x, std::int64_t dim, const
   if (i1.numel() > 0 && x1.size(dim) == 0) empty_dim(op, x, dim);
 }
 
-}  // namespace
+Tensor ops_detail::scatter_add_coded(CheckedOp code, const Tensor& x1, std::int64_t d, const Tensor& i1,
+                                     const Tensor& s1) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = x1.clone();
+  }
+  scatter_kernel(code, name_of(code), out, d, i1, narrow_to_index(s1, i1));
+  if (autograd::any_requires_grad({x1, s1}) && is_floating_point(x1.dtype()))
+    autograd::record("ScatterAddBackward", {x1, s1}, {out}, {i1}, [code, d, shape = s1.shape()](const autograd::Backward& c) {
+      return scatter_add_rule(c, code, d, c.saved(0), shape);
+    });
+  return out;
+}
 
 Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
   NvtxRange range("gather");
@@ -170,17 +190,7 @@ Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const
     throw Error::dtype_not_supported("scatter_add", "bool tensors are not supported", x);
   std::int64_t d = wrap_dim("scatter_add", dim, x.dim(), x.shape());
   check_index_shapes("scatter_add", x, d, index, &src);
-  Tensor x1 = at_least_1d(x), i1 = at_least_1d(index), s1 = at_least_1d(src);
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = x1.clone();
-  }
-  scatter_kernel(CheckedOp::scatter_add, "scatter_add", out, d, i1, narrow_to_index(s1, i1));
-  if (autograd::any_requires_grad({x1, s1}) && is_floating_point(x.dtype()))
-    autograd::record("ScatterAddBackward", {x1, s1}, {out}, {i1}, [d, shape = s1.shape()](const autograd::Backward& c) {
-      return scatter_add_rule(c, CheckedOp::scatter_add, d, c.saved(0), shape);
-    });
+  Tensor out = scatter_add_coded(CheckedOp::scatter_add, at_least_1d(x), d, at_least_1d(index), at_least_1d(src));
   return x.dim() == 0 ? out.view({}) : out;
 }
 

@@ -229,6 +229,14 @@ const Tensor& index_put_(const Tensor& x, const std::vector<TensorIndex>& indice
   }, {});
 }
 
+Tensor index_put(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values, bool accumulate) {
+  NvtxRange range("index_put");
+  require_defined("index_put", x);
+  Tensor out = x.clone();  // recorded: the in-place update below takes its history
+  index_put_(out, indices, values, accumulate);
+  return out;
+}
+
 const Tensor& index_put_(const Tensor& x, const std::vector<TensorIndex>& indices, Scalar value) {
   require_defined("index_put_", x);
   // x.index_put_({mask}, v) with a mask of x's shape: masked_fill, without the host sync of

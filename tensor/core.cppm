@@ -486,6 +486,12 @@ public:
   Tensor index_put_(std::initializer_list<typename Ops::TensorIndex> indices, typename Ops::Scalar value) const {
     return Ops::index_put_(*this, indices, value);
   }
+  /// x.index_put({...}, values): brrr::index_put (out of place).
+  template <class Ops = TensorMethods>
+  [[nodiscard]] Tensor index_put(std::initializer_list<typename Ops::TensorIndex> indices, const Tensor& values,
+                                 bool accumulate = false) const {
+    return Ops::index_put(*this, indices, values, accumulate);
+  }
 
 private:
   friend struct TensorInternals;

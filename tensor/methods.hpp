@@ -91,6 +91,17 @@
   X(index_select, (std::int64_t dim, const Tensor& index), (dim, index))                      \
   X(gather, (std::int64_t dim, const Tensor& index), (dim, index))                            \
   X(scatter_add, (std::int64_t dim, const Tensor& index, const Tensor& src), (dim, index, src)) \
+  X(scatter, (std::int64_t dim, const Tensor& index, const Tensor& src), (dim, index, src))   \
+  X(scatter, (std::int64_t dim, const Tensor& index, S value), (dim, index, value))           \
+  X(scatter_reduce, (std::int64_t dim, const Tensor& index, const Tensor& src, std::string_view reduce, \
+    bool include_self = true), (dim, index, src, reduce, include_self))                       \
+  X(index_add, (std::int64_t dim, const Tensor& index, const Tensor& source, S alpha = 1),    \
+    (dim, index, source, alpha))                                                              \
+  X(index_copy, (std::int64_t dim, const Tensor& index, const Tensor& source), (dim, index, source)) \
+  X(index_fill, (std::int64_t dim, const Tensor& index, S value), (dim, index, value))        \
+  X(nonzero, (), ())                                                                          \
+  X(masked_select, (const Tensor& mask), (mask))                                              \
+  X(masked_scatter, (const Tensor& mask, const Tensor& source), (mask, source))               \
   X(masked_fill, (const Tensor& mask, S value), (mask, value))                                \
   X(tril, (std::int64_t diagonal = 0), (diagonal))                                            \
   X(triu, (std::int64_t diagonal = 0), (diagonal))                                            \

@@ -2,13 +2,15 @@
 // index_select, embedding and one_hot; ops/index.cpp). Indices may be i32 or i64; an index
 // outside [0, size) throws Error(index) naming the op the thread is running (set by the op
 // layer), the index, the dim and its size. scatter_add adds in row-major order of the index,
-// rounding to the element type after each addition, so it is always deterministic.
+// rounding to the element type after each addition, so it is always deterministic;
+// scatter_reduce combines in the same order (ops/scatter_math.hpp), so assign's last write wins.
 module;
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
 #include "backend/contract.hpp"
+#include "ops/scatter_math.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -85,33 +87,60 @@ void CpuBackend::gather(const Operand& out, const Operand& in, int dim, const Op
   });
 }
 
+namespace {
+
+// The checks both scatter kernels make (the op layer has already checked the user's input).
+void check_scatter_operands(const char* what, const Operand& out, int dim, const Operand& index, const Operand& src) {
+  if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim ||
+      dim < 0 || dim >= out.ndim)
+    bad_operands(what, out, index);
+  for (int d = 0; d < index.ndim; ++d)
+    if (src.sizes[d] != index.sizes[d]) bad_operands(what, out, index);
+}
+
+// dst = combine(dst, src) for every position of index, in its row-major order (for_each's):
+// the fixed order of the CPU's scatters.
+template <class T, class Combine>
+void scatter_loop(const Operand& out, int dim, const Operand& index, const Operand& src, CheckedOp code,
+                  Combine combine) {
+  with_index(index.dtype, [&]<class I>(const I*) {
+    auto* o = static_cast<T*>(out.data);
+    const auto* s = static_cast<const T*>(src.data);
+    const auto* ix = static_cast<const I*>(index.data);
+    const std::int64_t size = out.sizes[dim], stride = out.strides[dim];
+    Operand view = along(out, index, dim);
+    const Operand* ops[3] = {&index, &src, &view};
+    for_each(ops, [&](const std::int64_t* off) {
+      std::int64_t k = static_cast<std::int64_t>(ix[off[0]]);
+      if (k < 0 || k >= size) out_of_range(code, k, dim, size);
+      T& dst = o[off[2] + k * stride];
+      dst = combine(dst, s[off[1]]);
+    });
+  });
+}
+
+}  // namespace
+
 void CpuBackend::scatter_add(const Operand& out, int dim, const Operand& index, const Operand& src, bool,
                              CheckedOp op) {
   if (index.numel == 0) return;
-  if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim ||
-      dim < 0 || dim >= out.ndim)
-    bad_operands("scatter_add", out, index);
-  for (int d = 0; d < index.ndim; ++d)
-    if (src.sizes[d] != index.sizes[d]) bad_operands("scatter_add", out, index);
+  check_scatter_operands("scatter_add", out, dim, index, src);
   if (out.dtype == DType::boolean) throw Error(ErrorKind::dtype, "scatter_add: bool tensors are not supported");
   dispatch(out.dtype, [&]<class T>(T*) {
-    if constexpr (!is_bool_storage<T>) {
-      with_index(index.dtype, [&]<class I>(const I*) {
-        auto* o = static_cast<T*>(out.data);
-        const auto* s = static_cast<const T*>(src.data);
-        const auto* ix = static_cast<const I*>(index.data);
-        const std::int64_t size = out.sizes[dim], stride = out.strides[dim];
-        Operand view = along(out, index, dim);
-        const Operand* ops[3] = {&index, &src, &view};
-        // Row-major order of the index (for_each's order): the fixed summation order.
-        for_each(ops, [&](const std::int64_t* off) {
-          std::int64_t k = static_cast<std::int64_t>(ix[off[0]]);
-          if (k < 0 || k >= size) out_of_range(op, k, dim, size);
-          T& dst = o[off[2] + k * stride];
-          dst = narrow_to<T>(load<T>(dst) + load<T>(s[off[1]]));
-        });
-      });
-    }
+    if constexpr (!is_bool_storage<T>)
+      scatter_loop<T>(out, dim, index, src, op, [](T d, T v) { return narrow_to<T>(load<T>(d) + load<T>(v)); });
+  });
+}
+
+void CpuBackend::scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& index, const Operand& src,
+                                CheckedOp code) {
+  if (index.numel == 0) return;
+  check_scatter_operands("scatter_reduce", out, dim, index, src);
+  with_op(op, [&]<ScatterOp OP>() {
+    dispatch(out.dtype, [&]<class T>(T*) {
+      scatter_loop<T>(out, dim, index, src, code,
+                      [](T d, T v) { return narrow_to<T>(scatter_math::combine<OP>(load<T>(d), load<T>(v))); });
+    });
   });
 }
 

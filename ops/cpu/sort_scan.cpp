@@ -33,7 +33,12 @@ void CpuBackend::scan(ScanOp op, const Operand& out, const Operand& in, const Op
   rows_and_length(in, rows, n);
   with_op(op, [&]<ScanOp OP>() {
     dispatch(in.dtype, [&]<class T>(T*) {
-      using A = accumulate_t<T>;
+      // In double for every floating dtype (int64 for integers): the sequential order is the
+      // worst for rounding (in f32 a million-long logcumsumexp drifts by 1e-2, its tiny
+      // increments swamped), and double's error there stays far below one f32 rounding, so
+      // the CPU is a reference for the CUDA scans (tests/ops/scan_bound.hpp). PyTorch's CPU
+      // scans accumulate float in double too; 16-bit floats get more than f32.
+      using A = wide_t<T>;
       const auto* x = static_cast<const T*>(in.data);
       auto* y = static_cast<T*>(out.data);
       auto* idx = indices ? static_cast<std::int64_t*>(indices->data) : nullptr;
@@ -41,7 +46,7 @@ void CpuBackend::scan(ScanOp op, const Operand& out, const Operand& in, const Op
         A acc{};
         std::int64_t at = 0;
         for (std::int64_t j = 0; j < n; ++j) {
-          const A v = load_acc(x[r * n + j]);
+          const A v = widen(x[r * n + j]);
           acc = j == 0 ? v : sm::combine<OP, A>(acc, v);
           if (idx) {
             if (sm::is_running_extreme(v, acc)) at = j;

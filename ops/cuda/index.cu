@@ -9,6 +9,9 @@
 //    destination sums its sources sequentially in position order, rounding to the element
 //    type after every addition like the CPU loop. Reproducible to the bit, and equal to the
 //    CPU backend's result for f32/f64/bf16/f16.
+//  - scatter_reduce (assign, prod, amax, amin): one thread per source element; assign
+//    stores, the others replace the destination by combine(destination, source) with a
+//    compare-and-swap loop on its aligned word (ops/scatter_math.hpp).
 // Out-of-range indices never read or write outside the operands: they are clamped into the
 // valid range and reported through the deferred device error flag (cuda/device_errors.cpp):
 // a plain store of the op's code into mapped host memory, read by the host after its next
@@ -16,7 +19,10 @@
 // system-scope atomics on mapped memory are not guaranteed over every host link.)
 #include <cub/device/device_radix_sort.cuh>
 
+#include <cstring>
+
 #include "ops/cuda/common.cuh"
+#include "ops/scatter_math.hpp"
 
 namespace brrr::kernels {
 
@@ -65,6 +71,24 @@ __global__ void gather_kernel(Operand out, Operand in, int dim, Operand index, i
 
 // ---- scatter_add with atomics ----
 
+// Element offsets of position i (row-major over index's shape) in index, in src, and in out
+// without the dim coordinate (which the index value gives).
+struct ScatterAt {
+  std::int64_t index = 0, src = 0, out = 0;
+};
+__device__ __forceinline__ ScatterAt scatter_at(const Operand& out, int dim, const Operand& index, const Operand& src,
+                                                std::int64_t i) {
+  ScatterAt a;
+  for (int d = index.ndim - 1; d >= 0; --d) {
+    const std::int64_t c = i % index.sizes[d];
+    i /= index.sizes[d];
+    a.index += c * index.strides[d];
+    a.src += c * src.strides[d];
+    if (d != dim) a.out += c * out.strides[d];
+  }
+  return a;
+}
+
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(__half* p, __half v) { atomicAdd(p, v); }
@@ -84,16 +108,79 @@ __global__ void scatter_atomic_kernel(Operand out, int dim, Operand index, Opera
   const std::int64_t size = out.sizes[dim];
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
-    std::int64_t r = i, oo = 0, oi = 0, os = 0;
-    for (int d = index.ndim - 1; d >= 0; --d) {
-      const std::int64_t c = r % index.sizes[d];
-      r /= index.sizes[d];
-      oi += c * index.strides[d];
-      os += c * src.strides[d];
-      if (d != dim) oo += c * out.strides[d];
+    const ScatterAt a = scatter_at(out, dim, index, src, i);
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[a.index]), size, flag, code);
+    atomic_add(o + a.out + k * out.strides[dim], s[a.src]);
+  }
+}
+
+// ---- scatter_reduce ----
+
+template <std::size_t N> struct Bits;
+template <> struct Bits<1> { using type = std::uint8_t; };
+template <> struct Bits<2> { using type = std::uint16_t; };
+template <> struct Bits<4> { using type = std::uint32_t; };
+template <> struct Bits<8> { using type = unsigned long long; };
+
+// *p = f(*p), atomically: a compare-and-swap loop on the aligned word that holds the element
+// (for 1- and 2-byte elements the 32-bit word around it: the neighbours are written back with
+// the bits read, and a concurrent change to them fails the swap, which is then retried).
+// Storage is at least 256-byte aligned and allocated in whole 512-byte blocks, so the word
+// never leaves the allocation.
+template <class T, class F> __device__ void atomic_update(T* p, F f) {
+  using B = typename Bits<sizeof(T)>::type;
+  if constexpr (sizeof(T) == 8) {
+    auto* w = reinterpret_cast<unsigned long long*>(p);
+    unsigned long long old = *w, assumed;
+    do {
+      assumed = old;
+      T cur;
+      memcpy(&cur, &assumed, sizeof(T));
+      const T next = f(cur);
+      unsigned long long bits;
+      memcpy(&bits, &next, sizeof(T));
+      if (bits == assumed) return;
+      old = atomicCAS(w, assumed, bits);
+    } while (old != assumed);
+  } else {
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    auto* w = reinterpret_cast<unsigned*>(addr & ~std::uintptr_t(3));
+    const unsigned shift = static_cast<unsigned>(addr & 3) * 8;
+    constexpr unsigned mask = sizeof(T) == 4 ? 0xffffffffu : sizeof(T) == 2 ? 0xffffu : 0xffu;
+    unsigned old = *w, assumed;
+    do {
+      assumed = old;
+      const B cur_bits = static_cast<B>((assumed >> shift) & mask);
+      T cur;
+      memcpy(&cur, &cur_bits, sizeof(T));
+      const T next = f(cur);
+      B next_bits;
+      memcpy(&next_bits, &next, sizeof(T));
+      const unsigned updated = (assumed & ~(mask << shift)) | (static_cast<unsigned>(next_bits) << shift);
+      if (updated == assumed) return;
+      old = atomicCAS(w, assumed, updated);
+    } while (old != assumed);
+  }
+}
+
+template <ScatterOp OP, class T, class I>
+__global__ void scatter_reduce_kernel(Operand out, int dim, Operand index, Operand src, int* flag, int code) {
+  T* o = static_cast<T*>(out.data);
+  const T* s = static_cast<const T*>(src.data);
+  const I* ix = static_cast<const I*>(index.data);
+  const std::int64_t n = index.numel;
+  const std::int64_t size = out.sizes[dim];
+  const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const ScatterAt a = scatter_at(out, dim, index, src, i);
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[a.index]), size, flag, code);
+    T* p = o + a.out + k * out.strides[dim];
+    const T v = s[a.src];
+    if constexpr (OP == ScatterOp::assign) {
+      *p = v;
+    } else {
+      atomic_update(p, [v](T cur) { return narrow_to<T>(::brrr::scatter_math::combine<OP>(load(cur), load(v))); });
     }
-    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
-    atomic_add(o + oo + k * out.strides[dim], s[os]);
   }
 }
 
@@ -252,6 +339,25 @@ int scatter_add_atomic(const Operand& out, int dim, const Operand& index, const 
         scatter_atomic_kernel<T, I><<<blocks, threads, 0, st>>>(out, dim, index, src, error_flag, error_code);
       });
     }
+  });
+  return static_cast<int>(cudaGetLastError());
+}
+
+int scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& index, const Operand& src,
+                   int* error_flag, int error_code, void* stream) {
+  if (index.numel == 0) return static_cast<int>(cudaSuccess);
+  if (!valid_index_type(index.dtype) || !same_sizes(index, src) || out.ndim != index.ndim || dim < 0 ||
+      dim >= out.ndim || out.dtype != src.dtype || out.sizes[dim] <= 0)
+    return static_cast<int>(cudaErrorInvalidValue);
+  auto st = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = blocks_for(index.numel, threads);
+  with_op(op, [&]<ScatterOp OP>() {
+    dispatch(out.dtype, [&]<class T>(T*) {
+      with_index_type(index.dtype, [&](auto i) {
+        using I = decltype(i);
+        scatter_reduce_kernel<OP, T, I><<<blocks, threads, 0, st>>>(out, dim, index, src, error_flag, error_code);
+      });
+    });
   });
   return static_cast<int>(cudaGetLastError());
 }

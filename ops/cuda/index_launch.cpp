@@ -1,4 +1,4 @@
-// CudaBackend::gather / scatter_add: launch ops/cuda/index.cu on the current stream of the
+// CudaBackend::gather / scatter_add / scatter_reduce: launch ops/cuda/index.cu on the current stream of the
 // operands' device and check the launch status. Out-of-range indices are reported through
 // the device's deferred error flag (cuda/device_errors.cpp) with the code of the op the
 // thread is running (set by ops/index.cpp), so nothing here waits for the device. The
@@ -57,6 +57,16 @@ void CudaBackend::scatter_add(const Operand& out, int dim, const Operand& index,
   std::size_t bytes = kernels::scatter_add_sorted_workspace_bytes(out, index);
   Storage workspace = allocate_device(bytes, out.device, stream);
   BRRR_CUDA_CHECK(kernels::scatter_add_sorted(out, dim, index, src, workspace.data(), bytes, flag, code, stream->handle));
+}
+
+void CudaBackend::scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& index, const Operand& src,
+                                 CheckedOp code) {
+  if (index.numel == 0) return;
+  if (!is_index_dtype(index.dtype) || src.dtype != out.dtype || index.ndim != out.ndim || src.ndim != index.ndim)
+    bad_operands("scatter_reduce", out, index);
+  DeviceGuard g(out.device);
+  BRRR_CUDA_CHECK(kernels::scatter_reduce(op, out, dim, index, src, device_error_flag(out.device), static_cast<int>(code),
+                                          current_stream(out.device)->handle));
 }
 
 }  // namespace brrr::backend

@@ -16,6 +16,7 @@ using backend::Operand;
 using backend::OptimizerStep;
 using backend::ReduceOp;
 using backend::ScanOp;
+using backend::ScatterOp;
 using backend::UnaryOp;
 using backend::Window2d;
 
@@ -97,6 +98,12 @@ std::size_t scatter_add_sorted_workspace_bytes(const Operand& out, const Operand
 /// dtype after each addition exactly as the CPU backend's sequential loop does.
 int scatter_add_sorted(const Operand& out, int dim, const Operand& index, const Operand& src, void* workspace,
                        std::size_t workspace_bytes, int* error_flag, int error_code, void* stream);
+/// out[p with coordinate `dim` replaced by index[p]] = op(that, src[p]) for every position p
+/// of index (ScatterOp: assign, prod, amax, amin; ops/scatter_math.hpp), operands as
+/// scatter_add_atomic's (bool too). assign is a plain store (one of several sources wins);
+/// the others a compare-and-swap loop on the element's aligned 32/64-bit word.
+int scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& index, const Operand& src,
+                   int* error_flag, int error_code, void* stream);
 
 }  // namespace brrr::kernels
 

@@ -24,6 +24,7 @@ using namespace brrr;
 
 #include "tests/tensor/helpers.hpp"
 #include "tests/ops/fixture_replay.hpp"
+#include "tests/ops/scan_bound.hpp"
 
 namespace {
 using test::replay;
@@ -63,6 +64,25 @@ TEST_CASE("scans: dtypes, dims, non-contiguous inputs, 0-d and empty") {
   CHECK_BRRR_ERROR(logcumsumexp(test::make(DType::i64, {1}), 0), ErrorKind::dtype, "logcumsumexp");
   // bf16 accumulates in f32: 256 ones sum to 256 exactly (bf16 steps alone would stall at 256).
   CHECK(test::values(cumsum(ones({300}, {.dtype = DType::bf16}), 0)).back() == 300);
+}
+
+TEST_CASE("scans: long rows stay within the rounding-error bound of the exact scan, every floating dtype") {
+  FRESH_SEED();
+  // The CPU half of the GPU suite's check (tests/gpu/test_more_ops_parity.cpp): the bound of
+  // tests/ops/scan_bound.hpp against a float64 scan, along a long row and a short dim.
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (auto [shape, d] : {std::pair<Shape, std::int64_t>{{1, 1 << 20}, 1}, {{4096, 37}, 0}, {{3, 5, 300}, 2}}) {
+      Tensor x = randn(shape, {.dtype = DType::f64}).to(dt);
+      INFO(to_string(dt) << " " << to_string(shape) << " dim " << d);
+      const std::string sum_err = test::scan_bound_violation(cumsum(x, d), x, d, test::ScanKind::cumsum);
+      CHECK_MESSAGE(sum_err.empty(), sum_err);
+      const std::string lse_err = test::scan_bound_violation(logcumsumexp(x, d), x, d, test::ScanKind::logcumsumexp);
+      CHECK_MESSAGE(lse_err.empty(), lse_err);
+    }
+  // The bound still sees a wrong element: a cumsum off by 0.5 from position 1000 on fails it.
+  Tensor x = randn({1, 1 << 20}, {.dtype = DType::f64}).to(DType::f32);
+  Tensor off = add(cumsum(x, 1), mul(ge(arange(1 << 20), 1000).to(DType::f32), 0.5));
+  CHECK_FALSE(test::scan_bound_violation(off, x, 1, test::ScanKind::cumsum).empty());
 }
 
 TEST_CASE("sort, argsort, topk, kthvalue, median against PyTorch") {
