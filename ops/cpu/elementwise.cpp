@@ -1,5 +1,7 @@
 // CPU kernels of the elementwise ops: unary, binary (tensor-tensor and tensor-scalar) and
-// where. The math is ops/elementwise_math.hpp, shared with the CUDA kernels.
+// where. The math is ops/elementwise_math.hpp, shared with the CUDA kernels, except f32 exp:
+// exp_f32 (ops/cpu/loops.hpp), which vectorises. Contiguous operands of one shape take a
+// flat loop split over the intra-op pool.
 module;
 #include <cmath>
 #include <cstddef>
@@ -48,6 +50,11 @@ template <UnaryOp OP> void unary_loop(const Operand& out, const Operand& in, dou
       const auto* x = static_cast<const T*>(in.data);
       const A lo = ew::clamp_bound<A>(p0, false), hi = ew::clamp_bound<A>(p1, true);
       const Operand* ops[2] = {&out, &in};
+      if constexpr (OP == UnaryOp::exp && std::is_same_v<T, float>) {  // vectorised (ops/cpu/loops.hpp)
+        if (!contiguous_parallel(ops, [&](std::int64_t i) { o[i] = exp_f32(x[i]); }))
+          for_each(ops, [&](const std::int64_t* off) { o[off[0]] = exp_f32(x[off[1]]); });
+        return;
+      }
       if (contiguous_parallel(ops, [&](std::int64_t i) { o[i] = narrow_to<T>(ew::unary<OP, A>(load<T>(x[i]), lo, hi)); }))
         return;
       for_each(ops, [&](const std::int64_t* off) {

@@ -57,8 +57,8 @@ void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
     if constexpr (!is_floating<T>) {
       not_floating(log ? "log_softmax" : "softmax", in.dtype);
     } else if constexpr (std::is_same_v<T, float>) {
-      // f32 in f32 (the CUDA kernel's accumulate_t): exp(x - max) into the output, its
-      // pairwise sum, then one scaling pass.
+      // f32 in f32 (the CUDA kernel's accumulate_t): exp(x - max) into the output (the
+      // vectorised exp_f32 of ops/cpu/loops.hpp), its pairwise sum, then one scaling pass.
       const auto* x = static_cast<const float*>(in.data);
       auto* y = static_cast<float*>(out.data);
       cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
@@ -67,7 +67,7 @@ void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
           float* yr = y + r * cols;
           float m = -std::numeric_limits<float>::infinity();
           for (std::int64_t c = 0; c < cols; ++c) m = std::fmax(m, xr[c]);
-          for (std::int64_t c = 0; c < cols; ++c) yr[c] = std::exp(xr[c] - m);
+          for (std::int64_t c = 0; c < cols; ++c) yr[c] = exp_f32(xr[c] - m);
           const float s = pairwise_sum(yr, cols);
           if (log) {
             const float shift = m + std::log(s);
