@@ -51,8 +51,17 @@ template <UnaryOp OP> void unary_loop(const Operand& out, const Operand& in, dou
       const A lo = ew::clamp_bound<A>(p0, false), hi = ew::clamp_bound<A>(p1, true);
       const Operand* ops[2] = {&out, &in};
       if constexpr (OP == UnaryOp::exp && std::is_same_v<T, float>) {  // vectorised (ops/cpu/loops.hpp)
-        if (!contiguous_parallel(ops, [&](std::int64_t i) { o[i] = exp_f32(x[i]); }))
+        // Local restrict pointers per chunk: captured by reference they would be reloaded
+        // each element (they might alias the output) and the loop would not vectorise.
+        if (out.numel >= 2 * elementwise_grain && is_contiguous(out) && is_contiguous(in) && in.numel == out.numel) {
+          cpu::parallel_for(out.numel, elementwise_grain, [&](std::int64_t i0, std::int64_t i1) {
+            float* __restrict po = o + i0;
+            const float* __restrict px = x + i0;
+            for (std::int64_t i = 0; i < i1 - i0; ++i) po[i] = exp_f32(px[i]);
+          });
+        } else {
           for_each(ops, [&](const std::int64_t* off) { o[off[0]] = exp_f32(x[off[1]]); });
+        }
         return;
       }
       if (contiguous_parallel(ops, [&](std::int64_t i) { o[i] = narrow_to<T>(ew::unary<OP, A>(load<T>(x[i]), lo, hi)); }))

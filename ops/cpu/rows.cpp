@@ -63,15 +63,15 @@ void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
       auto* y = static_cast<float*>(out.data);
       cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
         for (std::int64_t r = r0; r < r1; ++r) {
-          const float* xr = x + r * cols;
-          float* yr = y + r * cols;
+          const float* __restrict xr = x + r * cols;  // restrict: the loops vectorise
+          float* __restrict yr = y + r * cols;
           float m = -std::numeric_limits<float>::infinity();
           for (std::int64_t c = 0; c < cols; ++c) m = std::fmax(m, xr[c]);
           for (std::int64_t c = 0; c < cols; ++c) yr[c] = exp_f32(xr[c] - m);
           const float s = pairwise_sum(yr, cols);
           if (log) {
-            const float shift = m + std::log(s);
-            for (std::int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - shift;
+            const float ls = std::log(s);  // (x - m) - ls: x - m is exact near the max
+            for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) - ls;
           } else {
             const float inv = 1.0f / s;
             for (std::int64_t c = 0; c < cols; ++c) yr[c] *= inv;
