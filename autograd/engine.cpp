@@ -3,6 +3,7 @@
 // gradients summed per node input (accumulate()) before the node runs.
 module;
 #include <cstdint>
+#include <functional>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -13,6 +14,8 @@ module brrr.tensor;
 namespace brrr::autograd {
 
 namespace {
+
+thread_local std::vector<std::function<void()>>* current_callbacks = nullptr;
 
 struct Capture {
   Node* node;
@@ -29,6 +32,13 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
     throw Error(ErrorKind::autograd, "backward: " + std::to_string(outputs.size()) + " outputs but " +
                                          std::to_string(grad_outputs.size()) + " gradients");
   GradModeGuard mode(create_graph);
+  // Callbacks queued during this pass run at its end (a nested pass has its own list).
+  std::vector<std::function<void()>> callbacks;
+  struct CallbackScope {
+    std::vector<std::function<void()>>* outer = current_callbacks;
+    explicit CallbackScope(std::vector<std::function<void()>>* mine) { current_callbacks = mine; }
+    ~CallbackScope() { current_callbacks = outer; }
+  } callback_scope(&callbacks);
 
   // Roots and their initial gradients.
   std::vector<std::pair<Edge, Tensor>> roots;
@@ -88,6 +98,9 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
     std::vector<Tensor> grads = std::move(buffers[node]);
     buffers.erase(node);
     grads.resize(node->num_outputs);
+    for (std::size_t i = 0; i < node->output_hooks.size() && i < grads.size(); ++i)  // Tensor::register_hook
+      if (node->output_hooks[i] && grads[i].defined())
+        grads[i] = node->output_hooks[i]->run(std::move(grads[i]), "a tensor hook");
     const bool is_accumulator = node->is_accumulator();
     if (captures) {
       for (const Capture& c : *captures)
@@ -112,10 +125,17 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
+  for (std::size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();  // a callback may queue more
   return captured;
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  if (!current_callbacks)
+    throw Error(ErrorKind::autograd, "queue_callback: no backward pass is running on this thread");
+  current_callbacks->push_back(std::move(fn));
+}
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
               bool create_graph) {

@@ -4,6 +4,7 @@
 module;
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -26,20 +27,27 @@ AccumulateGrad::AccumulateGrad(const std::shared_ptr<TensorInternals::Impl>& lea
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor> grads) {
   auto leaf = leaf_.lock();
   if (!leaf || grads.empty() || !grads[0].defined()) return {};
-  Tensor g = grads[0];
+  Tensor g = std::move(grads[0]);
+  if (leaf->hooks && !leaf->hooks->grad.empty()) g = leaf->hooks->run(std::move(g), "a leaf's hook");
   if (g.shape() != leaf->layout.sizes)
     throw Error(ErrorKind::autograd, "AccumulateGrad: gradient of shape " + to_string(g.shape()) +
                                          " for a leaf of shape " + to_string(leaf->layout.sizes));
   if (leaf->grad.defined()) {
     leaf->grad = accumulate(leaf->grad, g);  // out of place: a new tensor owned by .grad() alone
-    return {};
+  } else {
+    // Store the incoming gradient only if nothing else can see or alias it (as PyTorch does):
+    // a broadcast view, a tensor shared with another leaf's grad or held by the caller would
+    // be changed by in-place updates of .grad() (optimizers, clipping). (`g` was moved out of
+    // `grads`: one handle is ours.)
+    bool exclusive = g.is_contiguous() && TensorInternals::ptr(g).use_count() <= 1 && g.storage().use_count() == 1;
+    Tensor own = exclusive ? g : g.clone();
+    leaf->grad = is_grad_enabled() ? own : own.detach();
   }
-  // Store the incoming gradient only if nothing else can see or alias it (as PyTorch does):
-  // a broadcast view, a tensor shared with another leaf's grad or held by the caller would be
-  // changed by in-place updates of .grad() (optimizers, clipping).
-  bool exclusive = g.is_contiguous() && TensorInternals::ptr(g).use_count() <= 2 && g.storage().use_count() == 1;
-  Tensor own = exclusive ? g : g.clone();
-  leaf->grad = is_grad_enabled() ? own : own.detach();
+  if (leaf->hooks && !leaf->hooks->post_accumulate.empty()) {
+    Tensor self = TensorInternals::wrap(leaf);
+    auto hooks = leaf->hooks->post_accumulate;  // a hook may remove hooks
+    for (auto& [id, fn] : hooks) fn(self);
+  }
   return {};
 }
 
@@ -177,6 +185,27 @@ void SavedTensor::reset() {
   grad_fn_.reset();
 }
 
+Tensor HookList::run(Tensor g, const char* what) const {
+  auto hooks = grad;  // a hook may remove hooks
+  for (auto& [id, fn] : hooks) {
+    Tensor replaced = fn(g);
+    if (!replaced.defined()) continue;
+    if (replaced.shape() != g.shape())
+      throw Error(ErrorKind::autograd, std::string(what) + " returned a gradient of shape " +
+                                           to_string(replaced.shape()) + " for one of shape " + to_string(g.shape()));
+    g = std::move(replaced);
+  }
+  return g;
+}
+
+void RemovableHandle::remove() {
+  auto list = list_.lock();
+  if (!list) return;
+  std::erase_if(list->grad, [&](const auto& h) { return h.first == id_; });
+  std::erase_if(list->post_accumulate, [&](const auto& h) { return h.first == id_; });
+  list_.reset();
+}
+
 }  // namespace autograd
 
 // --- Tensor's autograd members -----------------------------------------------------------
@@ -230,6 +259,58 @@ void Tensor::set_data(const Tensor& other) const {
   i.layout = o.layout;
   i.dtype = o.dtype;
   if (i.grad.defined() && (i.grad.device() != o.storage.device() || i.grad.dtype() != o.dtype)) i.grad = Tensor();
+}
+
+autograd::RemovableHandle Tensor::register_hook(std::function<Tensor(const Tensor&)> fn) const {
+  Impl& i = const_cast<Impl&>(checked("register_hook"));
+  if (!i.requires_grad && !i.grad_fn)
+    throw Error(ErrorKind::autograd, "register_hook: the tensor (" + describe(*this) +
+                                         ") does not require grad, so no gradient will reach a hook");
+  std::shared_ptr<autograd::HookList> list;
+  if (i.grad_fn) {  // a non-leaf: the hook runs on its grad_fn's output slot
+    auto& slots = i.grad_fn->output_hooks;
+    if (slots.size() < i.grad_fn->num_outputs) slots.resize(i.grad_fn->num_outputs);
+    auto& slot = slots[i.output_nr];
+    if (!slot) slot = std::make_shared<autograd::HookList>();
+    list = slot;
+  } else {
+    if (!i.hooks) i.hooks = std::make_shared<autograd::HookList>();
+    list = i.hooks;
+  }
+  std::uint64_t id = list->next_id++;
+  list->grad.emplace_back(id, std::move(fn));
+  return autograd::RemovableHandle(list, id);
+}
+
+autograd::RemovableHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const {
+  Impl& i = const_cast<Impl&>(checked("register_post_accumulate_grad_hook"));
+  if (i.grad_fn || !i.requires_grad)
+    throw Error(ErrorKind::autograd, std::string("register_post_accumulate_grad_hook: only leaves that require grad "
+                                                 "accumulate gradients; this tensor (") +
+                                         describe(*this) + ") is " +
+                                         (i.grad_fn ? "made by " + i.grad_fn->name() : std::string("a leaf without requires_grad")));
+  if (!i.hooks) i.hooks = std::make_shared<autograd::HookList>();
+  std::uint64_t id = i.hooks->next_id++;
+  i.hooks->post_accumulate.emplace_back(id, std::move(fn));
+  return autograd::RemovableHandle(i.hooks, id);
+}
+
+void Tensor::retain_grad() const {
+  Impl& i = const_cast<Impl&>(checked("retain_grad"));
+  if (!i.requires_grad && !i.grad_fn)
+    throw Error(ErrorKind::autograd, "retain_grad: the tensor (" + describe(*this) + ") does not require grad");
+  if (!i.grad_fn || i.retains_grad) return;  // leaves keep their gradient anyway
+  i.retains_grad = true;
+  std::weak_ptr<Impl> self = impl_;
+  register_hook([self](const Tensor& g) {
+    if (auto s = self.lock()) s->grad = s->grad.defined() ? autograd::accumulate(s->grad, g) : g.detach().clone();
+    return Tensor();
+  });
+}
+
+bool Tensor::retains_grad() const {
+  const Impl& i = checked("retains_grad");
+  return i.grad_fn ? i.retains_grad : i.requires_grad;
 }
 
 Tensor Tensor::detach() const {

@@ -7,6 +7,7 @@ module;
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -23,6 +24,28 @@ struct Edge {
   std::shared_ptr<Node> node;
   std::uint32_t input_nr = 0;
   bool defined() const { return node != nullptr; }
+};
+
+/// The hooks of one tensor (leaf) or of one output of a node, by registration id.
+struct HookList {
+  std::uint64_t next_id = 0;
+  std::vector<std::pair<std::uint64_t, std::function<Tensor(const Tensor&)>>> grad;
+  std::vector<std::pair<std::uint64_t, std::function<void(const Tensor&)>>> post_accumulate;
+  /// Runs the gradient hooks on `g` in order; returns the (possibly replaced) gradient.
+  Tensor run(Tensor g, const char* what) const;
+};
+
+/// What register_hook returns: remove() unregisters the hook (idempotent; harmless once the
+/// tensor is gone), like torch.utils.hooks.RemovableHandle.
+class RemovableHandle {
+public:
+  RemovableHandle() = default;
+  RemovableHandle(std::weak_ptr<HookList> list, std::uint64_t id) : list_(std::move(list)), id_(id) {}
+  void remove();
+
+private:
+  std::weak_ptr<HookList> list_;
+  std::uint64_t id_ = 0;
 };
 
 /// A recorded op: given the gradients of its outputs, returns those of its inputs (one per
@@ -48,6 +71,9 @@ public:
   bool is_accumulator() const { return accumulator_; }
 
   std::vector<Edge> next_edges;
+  /// Hooks on the gradients of this node's outputs (index = output_nr), run by the engine
+  /// before apply(); empty unless some output has a hook (Tensor::register_hook).
+  std::vector<std::shared_ptr<HookList>> output_hooks;
   std::uint32_t num_outputs = 1;
   std::uint64_t sequence_nr;  ///< creation order: later nodes run first on ties
   bool released = false;
@@ -173,6 +199,12 @@ void record(const char* name, const std::vector<Tensor>& inputs, std::initialize
 /// pass itself (higher-order gradients).
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
               bool retain_graph = false, bool create_graph = false);
+
+/// Runs fn once the backward pass now running on this thread has finished walking the graph
+/// (PyTorch's Engine::queue_callback; DDP finishes its gradient all-reduces here). Callbacks
+/// run in the order queued, before backward() returns; an exception from one propagates out
+/// of backward(). Error(autograd) when no backward pass is running.
+void queue_callback(std::function<void()> fn);
 
 /// Gradients of `outputs` with respect to `inputs` (which must require grad), returned
 /// instead of accumulated into .grad(). allow_unused: an input not reached gets an undefined

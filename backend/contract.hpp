@@ -58,6 +58,10 @@ BRRR_HD constexpr bool is_floating_point(DType dtype) {
 
 }  // namespace brrr
 
+namespace brrr::stream_check {
+class AccessLog;  // backend/stream_check.hpp: the streams that used an allocation
+}  // namespace brrr::stream_check
+
 namespace brrr::backend {
 
 // ---------------------------------------------------------------------------------------
@@ -77,6 +81,10 @@ struct Operand {
   std::int64_t numel = 0;
   std::int64_t sizes[max_dims] = {};
   std::int64_t strides[max_dims] = {};
+  // Host-side bookkeeping, ignored by kernels: the storage's stream record and the op's name
+  // (backend::note_access, cuda/stream_order.cpp).
+  stream_check::AccessLog* log = nullptr;
+  const char* op = "";
 };
 
 /// Geometry of a 2-D convolution/pooling window sweep over an [N, C, H, W] input.

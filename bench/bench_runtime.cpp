@@ -4,7 +4,12 @@
 //       cudaMalloc/cudaFree pairs of the same size;
 //   (b) host <-> device bandwidth of a 256 MiB tensor from pinned (non_blocking) and pageable
 //       host memory, measured with cuda::Event, and whether the host blocked (host time to
-//       return from the call vs the copy's event time).
+//       return from the call vs the copy's event time);
+//   (c) the stream check's cost (cuda::set_stream_check): host time to enqueue a 1024-element
+//       add (bench_ops' enqueue_add_1024_us method) and one MLP training step (bench_ops'
+//       step, host time with the queue drained between batches, and device time by events),
+//       with the check off and on, alternating, median of 3 rounds. bench_stream_check has the
+//       host-only cost of the bookkeeping itself.
 // Prints a human table, then one JSON object on the last line. bench_ops measures the brrr
 // pair and the two H2D copies the same way, next to PyTorch and LibTorch (bench/compare.sh).
 //
@@ -166,6 +171,29 @@ int main(int argc, char** argv) {
                    pageable_out.slice(0, 0, 4).to_host<float>() == std::vector<float>(4, 3.5f) &&
                    pinned.to(dev).slice(0, n - 2, n).to_host<float>() == std::vector<float>(2, 1.5f);
 
+  // --- (c) the stream check's cost --------------------------------------------------------------
+  struct CheckCost {
+    std::vector<double> add_us, step_host_ms, step_gpu_ms;
+  } cost[2];  // [0] off, [1] on
+  {
+    set_allow_tf32(false);
+    auto drain = [&] { cuda::synchronize(dev); };
+    Tensor a = randn({1024}, {.device = dev}), b = randn({1024}, {.device = dev});
+    bench::MlpStep step(dev);
+    for (int round = 0; round < 3; ++round)
+      for (int on = 0; on < 2; ++on) {
+        cuda::StreamCheckGuard check(on == 1);
+        CheckCost& c = cost[on];
+        c.add_us.push_back(bench::host_ns_per_call(2000, 50, 200, [&] { Tensor r = a + b; }, drain).median_ns / 1e3);
+        c.step_host_ms.push_back(bench::host_ns_per_call(5, 20, 5, [&] { (void)step(); }, drain).median_ns / 1e6);
+        c.step_gpu_ms.push_back(bench::time_ms(dev, 3, 20, [&] { (void)step(); }));
+        cuda::synchronize(dev);
+      }
+  }
+  double add_off = median(cost[0].add_us), add_on = median(cost[1].add_us);
+  double step_off = median(cost[0].step_host_ms), step_on = median(cost[1].step_host_ms);
+  double gpu_off = median(cost[0].step_gpu_ms), gpu_on = median(cost[1].step_gpu_ms);
+
   // --- report -----------------------------------------------------------------------------
   std::printf("brrr bench_runtime on %s (CUDA driver API %d.%d, runtime %d.%d)\n\n", prop.name, driver / 1000,
               (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
@@ -184,6 +212,11 @@ int main(int argc, char** argv) {
     std::printf("%-28s %10.3f %10.3f %10.1f %8llu %8s\n", c.name.c_str(), c.event_ms, c.host_ms, c.gbps,
                 static_cast<unsigned long long>(c.syncs_per_copy), c.host_blocked ? "yes" : "no");
   std::printf("values after the copies: %s\n\n", values_ok ? "ok" : "WRONG");
+  std::printf("%-52s %10s %10s %8s\n", "stream check (median of 3 rounds)", "off", "on", "on/off");
+  std::printf("%-52s %10.3f %10.3f %8.2f\n", "enqueue a + b, 1024 f32 (us, host)", add_off, add_on, add_on / add_off);
+  std::printf("%-52s %10.4f %10.4f %8.2f\n", "MLP 784-1024-1024-10 step, host enqueue (ms)", step_off, step_on,
+              step_on / step_off);
+  std::printf("%-52s %10.4f %10.4f %8.2f\n\n", "MLP step, device time by events (ms)", gpu_off, gpu_on, gpu_on / gpu_off);
 
   std::printf("{\"gpu\": \"%s\", \"cuda_driver_api\": %d, \"cuda_runtime\": %d, \"alloc_pair_ns\": {\"brrr_median\": %.1f, "
               "\"brrr_p10\": %.1f, \"brrr_p90\": %.1f, \"pairs\": %ld, \"cuda_malloc_calls\": %llu, "
@@ -198,6 +231,9 @@ int main(int argc, char** argv) {
                 i ? ", " : "", c.name.c_str(), c.event_ms, c.host_ms, c.gbps,
                 static_cast<unsigned long long>(c.syncs_per_copy), c.host_blocked ? "true" : "false");
   }
-  std::printf("], \"values_ok\": %s}\n", values_ok ? "true" : "false");
+  std::printf("], \"stream_check\": {\"enqueue_add_1024_us_off\": %.3f, \"enqueue_add_1024_us_on\": %.3f, "
+              "\"mlp_step_host_ms_off\": %.4f, \"mlp_step_host_ms_on\": %.4f, \"mlp_step_gpu_ms_off\": %.4f, "
+              "\"mlp_step_gpu_ms_on\": %.4f}, \"values_ok\": %s}\n",
+              add_off, add_on, step_off, step_on, gpu_off, gpu_on, values_ok ? "true" : "false");
   return values_ok ? 0 : 1;
 }

@@ -26,6 +26,7 @@ module;
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -50,6 +51,14 @@ struct Block {
   Block* prev = nullptr;  // neighbours inside the same segment
   Block* next = nullptr;
   std::vector<cudaStream_t> other_streams;  // from record_stream
+  stream_check::AccessLog log;              // the Storage's stream record (reset per allocation)
+};
+
+// What free blocks are ordered by: (stream, size, address).
+struct BlockKey {
+  cudaStream_t stream;
+  std::size_t size;
+  char* ptr;
 };
 
 // Recycles the fixed-size nodes of the free-list trees. Only used under the owning
@@ -89,10 +98,14 @@ template <class T> struct PoolAllocator {
 };
 
 struct BlockOrder {
-  bool operator()(const Block* a, const Block* b) const {
-    if (a->stream != b->stream) return a->stream < b->stream;
-    if (a->size != b->size) return a->size < b->size;
-    return a->ptr < b->ptr;
+  using is_transparent = void;  // lower_bound by a BlockKey, without making a Block
+  static BlockKey key(const Block* b) { return {b->stream, b->size, b->ptr}; }
+  static const BlockKey& key(const BlockKey& k) { return k; }
+  template <class A, class B> bool operator()(const A& a, const B& b) const {
+    BlockKey x = key(a), y = key(b);
+    if (x.stream != y.stream) return x.stream < y.stream;
+    if (x.size != y.size) return x.size < y.size;
+    return x.ptr < y.ptr;
   }
 };
 
@@ -121,6 +134,7 @@ public:
     if (!block) block = new_segment(size, small, stream, nbytes);
     block = split(block, size, pool);
     block->allocated = true;
+    block->log.reset();
     stats_.allocated_bytes += block->size;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     ++stats_.num_allocs;
@@ -216,8 +230,7 @@ private:
   void drop_block(Block* b) { spare_blocks_.push_back(b); }
 
   Block* find_free(BlockSet& pool, cudaStream_t stream, std::size_t size) {
-    Block key{stream, size, nullptr, false};
-    auto it = pool.lower_bound(&key);
+    auto it = pool.lower_bound(BlockKey{stream, size, nullptr});
     if (it == pool.end() || (*it)->stream != stream) return nullptr;
     // Do not carve a small request out of a big oversize block (bigger than a standard
     // 20 MiB segment, i.e. one made for a single large request): it would pin the segment.
@@ -376,7 +389,14 @@ Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream)
   DeviceAllocator& a = allocator(device);
   if (nbytes == 0) return Storage(std::shared_ptr<void>(), 0, Device::cuda(device));
   Block* b = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle));
-  return Storage(std::shared_ptr<void>(b->ptr, [&a, b](void*) { a.free(b); }), nbytes, Device::cuda(device));
+  b->log.set_allocation_stream(stream_info(*stream));  // whose pool it returns to
+  auto release = [&a, b, nbytes](void*) {
+    // With the stream check on: is another stream still using it? (Reported later: a
+    // deleter cannot throw.)
+    if (b->log.has_history()) note_release(b->log, nbytes);
+    a.free(b);
+  };
+  return Storage(std::shared_ptr<void>(b->ptr, release), nbytes, Device::cuda(device), false, &b->log);
 }
 
 void record_stream(const Storage& storage, const StreamPtr& stream) {
@@ -395,8 +415,10 @@ void reset_peak_memory_stats(int device) { allocator(device).reset_peak(); }
 void empty_cache(int device) {
   DeviceAllocator& a = allocator(device);
   // cudaFree waits for the whole device: a host-blocking call, counted when it happens.
-  if (a.has_cached_segments()) note_sync("cuda::empty_cache");
+  bool syncs = a.has_cached_segments();
+  if (syncs) note_sync("cuda::empty_cache");
   a.empty_cache();
+  if (syncs) check_host_wait_device(device);
 }
 
 }  // namespace brrr::backend

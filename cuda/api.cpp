@@ -4,6 +4,8 @@ module;
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "backend/stream_check.hpp"
 module brrr.cuda;
 import brrr.tensor;
 import brrr.backend;
@@ -21,6 +23,15 @@ int cuda_index(Device device, const char* op) {
 bool is_available() { return backend::device_count() > 0; }
 int device_count() { return backend::device_count(); }
 
+// Event state, defined first: Stream::wait reads the clock an event captured.
+struct Event::Impl {
+  bool timing = true;
+  void* event = nullptr;  // a cudaEvent_t, made on the first record
+  int device = -1;
+  stream_check::VectorClock clock;  // the recording stream's clock (stream check on only)
+  ~Impl() { backend::event_destroy(event); }
+};
+
 // --- Stream ---
 
 Stream Stream::create(Device device, int priority) {
@@ -31,13 +42,25 @@ void* Stream::handle() const { return state_->handle; }
 int Stream::priority() const { return state_->priority; }
 std::uint64_t Stream::id() const { return state_->id; }
 
-bool Stream::query() const { return backend::stream_query(*state_); }
+bool Stream::query() const {
+  if (!backend::stream_query(*state_)) return false;
+  backend::check_host_wait_stream(*state_);  // the host now knows all of it completed
+  return true;
+}
 
 void Stream::synchronize() const { backend::synchronize_stream(*state_, "Stream::synchronize"); }
 
 void Stream::wait(const Event& event) const {
   if (!event.recorded()) return;  // nothing to wait for, as in PyTorch
   backend::stream_wait_event(*state_, event.handle());
+  backend::check_wait(*state_, event.impl_->clock);
+}
+
+void Stream::wait_stream(const Stream& other) const {
+  if (other.device() != device())
+    throw Error(ErrorKind::device, "Stream::wait_stream: this stream is on " + device().str() + ", the other on " +
+                                       other.device().str() + "; use an Event for streams of two devices");
+  backend::wait_stream(*state_, *other.state_);
 }
 
 Stream current_stream(Device device) { return Stream(backend::current_stream(cuda_index(device, "current_stream"))); }
@@ -49,13 +72,6 @@ StreamGuard::StreamGuard(const Stream& stream) : previous_(backend::current_stre
 StreamGuard::~StreamGuard() { backend::set_current_stream(previous_); }
 
 // --- Event ---
-
-struct Event::Impl {
-  bool timing = true;
-  void* event = nullptr;  // a cudaEvent_t, made on the first record
-  int device = -1;
-  ~Impl() { backend::event_destroy(event); }
-};
 
 Event::Event(bool enable_timing) : impl_(std::make_shared<Impl>()) { impl_->timing = enable_timing; }
 
@@ -69,15 +85,22 @@ void Event::record(const Stream& stream) {
     impl_->device = dev;
   }
   backend::event_record(impl_->event, *stream.state());
+  impl_->clock = backend::check_record(*stream.state());
 }
 
 void Event::record(Device device) { record(current_stream(device)); }
 
-bool Event::query() const { return !impl_->event || backend::event_query(impl_->event); }
+bool Event::query() const {
+  if (!impl_->event) return true;
+  if (!backend::event_query(impl_->event)) return false;
+  backend::check_host_wait(impl_->clock);
+  return true;
+}
 
 void Event::synchronize() const {
   if (!impl_->event) return;
   backend::synchronize_event(impl_->event, impl_->device, "Event::synchronize");
+  backend::check_host_wait(impl_->clock);
 }
 
 float Event::elapsed_ms(const Event& start, const Event& end) {
@@ -102,7 +125,13 @@ MemoryStats memory_stats(Device device) { return backend::memory_stats(cuda_inde
 void reset_peak_memory_stats(Device device) { backend::reset_peak_memory_stats(cuda_index(device, "reset_peak_memory_stats")); }
 void empty_cache(Device device) { backend::empty_cache(cuda_index(device, "empty_cache")); }
 
-void record_stream(const Tensor& tensor, const Stream& stream) { backend::record_stream(tensor.storage(), stream.state()); }
+void record_stream(const Tensor& tensor, const Stream& stream) {
+  backend::record_stream(tensor.storage(), stream.state());
+  backend::note_recorded_stream(tensor.storage(), *stream.state());
+}
+
+void set_stream_check(bool on) { backend::set_stream_check(on); }
+bool stream_check_enabled() { return backend::stream_check_enabled(); }
 
 PinnedStats pinned_memory_stats() { return backend::pinned_stats(); }
 

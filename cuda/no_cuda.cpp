@@ -35,6 +35,7 @@ DeviceGuard::~DeviceGuard() = default;
 
 StreamPtr default_stream(int) { no_cuda("default_stream"); }
 StreamPtr current_stream(int) { no_cuda("current_stream"); }
+const StreamState& current_stream_state(int) { no_cuda("current_stream"); }
 void set_current_stream(StreamPtr) { no_cuda("set_current_stream"); }
 StreamPtr create_stream(int, int) { no_cuda("Stream::create"); }
 std::pair<int, int> stream_priority_range(int) { no_cuda("stream_priority_range"); }
@@ -54,6 +55,8 @@ Storage allocate_pinned(std::size_t) {
                                  "(brrr was built without CUDA, BRRR_CUDA=OFF)");
 }
 void record_pinned_use(const Storage&, const StreamPtr&) { no_cuda("record_pinned_use"); }
+void note_host_pending(const Storage&, const StreamPtr&) { no_cuda("note_host_pending"); }
+void wait_host_pending(const Storage&, const char*) {}  // no pinned memory, no async copy into it
 PinnedStats pinned_stats() { return {}; }
 
 bool stream_query(const StreamState&) { no_cuda("Stream::query"); }
@@ -65,7 +68,7 @@ bool event_query(void*) { no_cuda("Event::query"); }
 float event_elapsed_ms(void*, void*) { no_cuda("Event::elapsed_ms"); }
 
 void memcpy_async(void*, const void*, std::size_t, CopyKind, const StreamPtr&) { no_cuda("memcpy_async"); }
-void copy_device_to_host(void*, const void*, std::size_t, int, const char* api) { no_cuda(api); }
+void copy_device_to_host(void*, const Tensor&, std::size_t, const char* api) { no_cuda(api); }
 void copy_host_to_device(void*, const void*, std::size_t, int, const char* api) { no_cuda(api); }
 
 Backend& cuda_backend() { no_cuda("the CUDA backend"); }

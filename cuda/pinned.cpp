@@ -2,6 +2,9 @@
 // up to a power of two, at least 4 KiB). Async copies record the streams that use a block;
 // when it is released an event is recorded on each, and the block is handed out again only
 // after they complete, so a reused buffer is never overwritten under an in-flight copy.
+// An async device-to-host copy into a block also records the block's write event: host
+// reads of the tensor (item, to_host, printing, CPU ops) wait for it when it has not
+// completed yet, so they are never stale.
 module;
 #include <cuda_runtime.h>
 
@@ -11,11 +14,13 @@ module;
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -28,11 +33,23 @@ struct PinnedBlock {
   void* ptr;
   int pending_events = 0;
   std::vector<StreamPtr> uses;
+  // The newest async copy into the block: an event after it (kept with the block, made on
+  // write_device) and, with the stream check on, the clock it captured.
+  cudaEvent_t write_event = nullptr;
+  int write_device = -1;
+  stream_check::VectorClock write_clock;
+  stream_check::AccessLog log;  // the Storage's stream record (reset per allocation)
+};
+
+struct PendingWrite {
+  cudaEvent_t event = nullptr;
+  int device = -1;
+  stream_check::VectorClock clock;
 };
 
 class PinnedAllocator {
 public:
-  void* allocate(std::size_t nbytes) {
+  PinnedBlock* allocate(std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     std::size_t size = std::bit_ceil(std::max<std::size_t>(nbytes, 4096));
     process_events();
@@ -59,7 +76,8 @@ public:
       blocks_[p] = block;
     }
     stats_.allocated_bytes += block->size;
-    return block->ptr;
+    block->log.reset();
+    return block;
   }
 
   void free(void* ptr) {
@@ -89,6 +107,31 @@ public:
     it->second->uses.push_back(stream);
   }
 
+  void record_write(void* ptr, const StreamPtr& stream, stream_check::VectorClock clock) {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end()) return;
+    PinnedBlock& b = *it->second;
+    DeviceGuard g(stream->device);
+    if (b.write_event && b.write_device != stream->device) {
+      cudaEventDestroy(b.write_event);  // released once it completes
+      b.write_event = nullptr;
+    }
+    if (!b.write_event) {
+      BRRR_CUDA_CHECK(cudaEventCreateWithFlags(&b.write_event, cudaEventDisableTiming));
+      b.write_device = stream->device;
+    }
+    BRRR_CUDA_CHECK(cudaEventRecord(b.write_event, static_cast<cudaStream_t>(stream->handle)));
+    b.write_clock = std::move(clock);
+  }
+
+  std::optional<PendingWrite> pending_write(void* ptr) {
+    std::lock_guard lock(mutex_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end() || !it->second->write_event) return std::nullopt;
+    return PendingWrite{it->second->write_event, it->second->write_device, it->second->write_clock};
+  }
+
   PinnedStats stats() {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -110,6 +153,7 @@ private:
 
   void release_cached() {
     for (auto& [size, b] : free_) {
+      if (b->write_event) cudaEventDestroy(b->write_event);
       cudaFreeHost(b->ptr);
       stats_.reserved_bytes -= size;
       blocks_.erase(b->ptr);
@@ -145,12 +189,37 @@ PinnedAllocator& pinned() {
 }  // namespace
 
 Storage allocate_pinned(std::size_t nbytes) {
-  void* p = pinned().allocate(nbytes);
-  return Storage(std::shared_ptr<void>(p, [](void* q) { pinned().free(q); }), nbytes, Device::cpu(), true);
+  PinnedBlock* b = pinned().allocate(nbytes);
+  return Storage(std::shared_ptr<void>(b->ptr, [](void* q) { pinned().free(q); }), nbytes, Device::cpu(), true, &b->log);
 }
 
 void record_pinned_use(const Storage& storage, const StreamPtr& stream) {
   if (storage.pinned()) pinned().record_use(storage.data(), stream);
+}
+
+void note_host_pending(const Storage& storage, const StreamPtr& stream) {
+  if (!storage.pinned() || !storage.data()) return;
+  pinned().record_write(storage.data(), stream, check_record(*stream));
+  if (stream_check::AccessLog* log = storage.access_log()) log->set_host_pending(true);
+}
+
+void wait_host_pending(const Storage& storage, const char* api) {
+  stream_check::AccessLog* log = storage.access_log();
+  if (!log || !log->host_pending()) return;
+  // The storage is alive (the caller holds it), so its block and event are too.
+  if (auto w = pinned().pending_write(storage.data())) {
+    cudaError_t q = cudaEventQuery(w->event);
+    if (q == cudaErrorNotReady) {
+      cudaGetLastError();
+      note_sync(api);
+      BRRR_CUDA_CHECK(cudaEventSynchronize(w->event));
+      check_device_errors(w->device);
+    } else {
+      BRRR_CUDA_CHECK(q);
+    }
+    check_host_wait(w->clock);
+  }
+  log->set_host_pending(false);
 }
 
 PinnedStats pinned_stats() { return pinned().stats(); }

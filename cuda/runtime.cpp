@@ -16,6 +16,7 @@ module;
 #include <vector>
 
 #include "cuda/check.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -72,9 +73,14 @@ void require_device(int device, const char* op) {
 
 std::atomic<std::uint64_t> next_stream_id{1};
 
+struct PooledStream {
+  int priority;
+  cudaStream_t handle;
+  std::uint32_t slot;
+};
 struct StreamPool {
   std::mutex mutex;
-  std::vector<std::pair<int, cudaStream_t>> free;  // (priority, handle)
+  std::vector<PooledStream> free;
 };
 StreamPool& stream_pool(int device) {
   static std::vector<std::unique_ptr<StreamPool>> pools = [] {
@@ -115,7 +121,8 @@ StreamPtr default_stream(int device) {
     cudaStream_t handle;
     // Non-blocking: brrr's work never serialises with the legacy default stream (stream 0).
     BRRR_CUDA_CHECK(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking));
-    s = std::make_shared<StreamState>(StreamState{device, handle, 0, true, next_stream_id++});
+    s = std::make_shared<StreamState>(
+        StreamState{device, handle, 0, true, next_stream_id++, new_stream_slot(handle, device)});
   }
   return s;
 }
@@ -125,6 +132,12 @@ StreamPtr current_stream(int device) {
   StreamPtr& s = thread_current()[static_cast<std::size_t>(device)];
   if (!s) s = default_stream(device);
   return s;
+}
+
+const StreamState& current_stream_state(int device) {
+  StreamPtr& s = thread_current()[static_cast<std::size_t>(device)];
+  if (!s) s = default_stream(device);
+  return *s;
 }
 
 void set_current_stream(StreamPtr stream) {
@@ -147,11 +160,13 @@ StreamPtr create_stream(int device, int priority) {
   if (priority < greatest) priority = greatest;
   StreamPool& pool = stream_pool(device);
   cudaStream_t handle = nullptr;
+  std::uint32_t slot = 0;
   {
     std::lock_guard lock(pool.mutex);
     for (auto it = pool.free.begin(); it != pool.free.end(); ++it)
-      if (it->first == priority) {
-        handle = it->second;
+      if (it->priority == priority) {
+        handle = it->handle;
+        slot = it->slot;
         pool.free.erase(it);
         break;
       }
@@ -159,14 +174,16 @@ StreamPtr create_stream(int device, int priority) {
   if (!handle) {
     DeviceGuard g(device);
     BRRR_CUDA_CHECK(cudaStreamCreateWithPriority(&handle, cudaStreamNonBlocking, priority));
+    slot = new_stream_slot(handle, device);
   }
   // Streams are recycled, never destroyed: a block cached for a stream stays valid, and
-  // pending work on a dropped stream simply runs before the next user's.
-  return StreamPtr(new StreamState{device, handle, priority, false, next_stream_id++}, [](StreamState* s) {
+  // pending work on a dropped stream simply runs before the next user's (the handle keeps
+  // its slot, so the stream check sees that order too).
+  return StreamPtr(new StreamState{device, handle, priority, false, next_stream_id++, slot}, [](StreamState* s) {
     StreamPool& p = stream_pool(s->device);
     {
       std::lock_guard lock(p.mutex);
-      p.free.emplace_back(s->priority, static_cast<cudaStream_t>(s->handle));
+      p.free.push_back({s->priority, static_cast<cudaStream_t>(s->handle), s->slot});
     }
     delete s;
   });
@@ -177,6 +194,7 @@ StreamPtr create_stream(int device, int priority) {
 void synchronize_stream(const StreamState& stream, const char* api) {
   note_sync(api);
   BRRR_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
+  check_host_wait_stream(stream);
   check_device_errors(stream.device);
 }
 
@@ -185,6 +203,7 @@ void synchronize_device(int device, const char* api) {
   note_sync(api);
   DeviceGuard g(device);
   BRRR_CUDA_CHECK(cudaDeviceSynchronize());
+  check_host_wait_device(device);
   check_device_errors(device);
 }
 
@@ -257,13 +276,20 @@ void memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, 
   BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream->handle)));
 }
 
-void copy_device_to_host(void* dst, const void* src, std::size_t bytes, int device, const char* api) {
+void copy_device_to_host(void* dst, const Tensor& src, std::size_t bytes, const char* api) {
+  int device = src.device().index();
   StreamPtr stream = current_stream(device);
   note_sync(api);  // before enqueueing: under SyncPolicy::error nothing is left in flight
+  // The copy runs on the current stream; the data may have been written on others (work
+  // under a StreamGuard, ordered by events): the copy waits for them, so a host read is
+  // never stale whatever the current stream.
+  order_after_writers(src.storage(), stream);
+  note_access(*stream, tracked(src, api), stream_check::AccessKind::read);
   DeviceGuard g(device);
   auto s = static_cast<cudaStream_t>(stream->handle);
-  BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  BRRR_CUDA_CHECK(cudaMemcpyAsync(dst, src.data_ptr(), bytes, cudaMemcpyDeviceToHost, s));
   BRRR_CUDA_CHECK(cudaStreamSynchronize(s));
+  check_host_wait_stream(*stream);
   check_device_errors(device);
 }
 

@@ -17,6 +17,7 @@ std::atomic<SyncPolicy> policy{SyncPolicy::allow};
 }  // namespace
 
 void note_sync(const char* api) {
+  if (stream_check_enabled()) raise_pending_stream_error();  // a free the check found unsafe
   switch (policy.load()) {
     case SyncPolicy::allow: break;
     case SyncPolicy::warn:

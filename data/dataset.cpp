@@ -14,11 +14,30 @@ namespace brrr::data {
 void Dataset::gather(const std::vector<std::int64_t>& indices, std::vector<Tensor>& out) const {
   for (std::size_t k = 0; k < indices.size(); ++k) {
     std::vector<Tensor> ex = get(indices[k]);
+    if (ex.size() != out.size())
+      throw Error(ErrorKind::shape, "Dataset::gather: example " + std::to_string(indices[k]) + " has " +
+                                        std::to_string(ex.size()) + " fields, the first had " +
+                                        std::to_string(out.size()));
     for (std::size_t f = 0; f < out.size(); ++f) {
+      Tensor row = out[f].select(0, static_cast<std::int64_t>(k));
+      if (!ex[f].defined() || ex[f].shape() != row.shape() || ex[f].dtype() != row.dtype())
+        throw Error(ErrorKind::shape, "Dataset::gather: field " + std::to_string(f) + " of example " +
+                                          std::to_string(indices[k]) + " is " + describe(ex[f]) +
+                                          ", the first example's is " + describe(row));
       NoGradGuard no_grad;
-      out[f].select(0, static_cast<std::int64_t>(k)).copy_(ex.at(f));
+      row.copy_(ex[f]);
     }
   }
+}
+
+std::vector<std::pair<Shape, DType>> Dataset::fields() const {
+  if (size() <= 0) throw Error(ErrorKind::value, "Dataset::fields: the dataset is empty");
+  std::vector<std::pair<Shape, DType>> out;
+  for (const Tensor& t : get(0)) {
+    if (!t.defined()) throw Error(ErrorKind::value, "Dataset::fields: example 0 has an undefined field");
+    out.emplace_back(t.shape(), t.dtype());
+  }
+  return out;
 }
 
 TensorDataset::TensorDataset(std::vector<Tensor> columns) : columns_(std::move(columns)) {
@@ -92,5 +111,37 @@ std::shared_ptr<TensorDataset> fashion_mnist(const std::string& dir, bool train)
                                    std::to_string(images.size(0)) + " images in " + dir);
   return std::make_shared<TensorDataset>(std::vector<Tensor>{images.unsqueeze(1), labels});
 }
+
+Subset::Subset(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices)
+    : dataset_(std::move(dataset)), indices_(std::move(indices)) {
+  if (!dataset_) throw Error(ErrorKind::value, "Subset: the dataset is null");
+  std::int64_t n = dataset_->size();
+  for (std::int64_t i : indices_)
+    if (i < 0 || i >= n)
+      throw Error(ErrorKind::index, "Subset: index " + std::to_string(i) + " is outside a dataset of " +
+                                        std::to_string(n) + " examples");
+}
+
+std::int64_t Subset::size() const { return static_cast<std::int64_t>(indices_.size()); }
+
+std::vector<Tensor> Subset::get(std::int64_t index) const {
+  if (index < 0 || index >= size())
+    throw Error(ErrorKind::index, "Subset::get: index " + std::to_string(index) + " out of range for " +
+                                      std::to_string(size()) + " examples");
+  return dataset_->get(indices_[static_cast<std::size_t>(index)]);
+}
+
+void Subset::gather(const std::vector<std::int64_t>& indices, std::vector<Tensor>& out) const {
+  std::vector<std::int64_t> mapped;
+  mapped.reserve(indices.size());
+  for (std::int64_t i : indices) {
+    if (i < 0 || i >= size())
+      throw Error(ErrorKind::index, "Subset::gather: index " + std::to_string(i) + " out of range");
+    mapped.push_back(indices_[static_cast<std::size_t>(i)]);
+  }
+  dataset_->gather(mapped, out);
+}
+
+std::vector<std::pair<Shape, DType>> Subset::fields() const { return dataset_->fields(); }
 
 }  // namespace brrr::data

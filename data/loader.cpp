@@ -155,6 +155,15 @@ struct DataLoader::State {
     pending.reset();
     pending_copied.reset();
     prefetch();
+    if (options.transform && !b.fields.empty()) {
+      NoGradGuard no_grad;
+      if (compute) {
+        cuda::StreamGuard guard(*compute);  // ordered after the copy, like the user's work
+        b.fields[0] = options.transform(b.fields[0]);
+      } else {
+        b.fields[0] = options.transform(b.fields[0]);
+      }
+    }
     return b;
   }
 };

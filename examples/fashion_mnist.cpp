@@ -40,6 +40,7 @@ struct Config {
   std::uint64_t seed = 0;
   std::string save, eval, metrics;
   int log_every = 50;
+  bool stream_check = false;
 };
 
 // Fashion-MNIST's pixel mean and standard deviation (of the training images in [0, 1]).
@@ -125,7 +126,16 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", cfg.metrics, "write per-epoch metrics to FILE.csv");
   app.add_option("--log-every", cfg.log_every, "steps between progress updates (each reads the loss: one sync)")
       ->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_flag("--stream-check", cfg.stream_check,
+               "run under cuda::set_stream_check(true): any unordered cross-stream access is an error "
+               "(a test mode: exits 77 without a CUDA device)");
   CLI11_PARSE(app, argc, argv);
+  if (cfg.stream_check && !cuda::is_available()) {
+    std::printf("--stream-check: no CUDA device, skipped\n");
+    return 77;
+  }
+  if (cfg.stream_check) cuda::set_stream_check(true);
+  if (cuda::stream_check_enabled()) std::printf("stream check: on (every cross-stream access is checked)\n");
 
   try {
     Device dev = pick_device(cfg.device);

@@ -4,6 +4,7 @@
 // The contract's value types (Operand, Window2d, OptimizerStep, GemmArgs, the op lists and
 // the conversion rules) are in backend/contract.hpp, which nvcc compiles too.
 module;
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@ module;
 #include <vector>
 
 #include "backend/contract.hpp"
+#include "backend/stream_check.hpp"
 export module brrr.backend;
 import brrr.tensor;
 
@@ -44,8 +46,10 @@ using backend::with_op;
 /// reads, `output` for one it writes (in-place updates included). Every launch builds its
 /// operands with these (gemm and optimizer steps take their pointers from them), so they
 /// are the one place that sees the tensors of each launch, read vs write, on the stream the
-/// launch will use (the device's current one): where a stream checker hooks. Both throw
-/// Error(shape) naming `op` past max_dims dims.
+/// launch will use (the device's current one): where the stream bookkeeping hooks (each
+/// CUDA tensor passes note_access on the current stream). Both throw Error(shape) naming `op`
+/// past max_dims dims, or Error(stream) from the stream check. On the CPU they first wait for
+/// an asynchronous copy into `t`'s pinned memory that may still run (wait_host_pending).
 Operand input(const Tensor& t, const char* op);
 Operand output(const Tensor& t, const char* op);
 /// The same for kernels that take bare pointers (gemm, optimizer steps): t's data_ptr().
@@ -123,6 +127,8 @@ struct StreamState {
   int priority = 0;
   bool is_default = false;
   std::uint64_t id = 0;
+  /// The handle's dense number (new_stream_slot), kept when a recycled handle gets a new id.
+  std::uint32_t slot = 0;
 };
 using StreamPtr = std::shared_ptr<StreamState>;
 
@@ -146,6 +152,70 @@ void note_sync(const char* api);
 std::uint64_t sync_count();
 void set_sync_policy(SyncPolicy policy);
 SyncPolicy sync_policy();
+
+// --- stream bookkeeping (cuda/stream_order.cpp) ----------------------------------------
+// Always on: each allocation remembers the streams that enqueued writes to it, so that host
+// reads wait for them. With the stream check on (cuda::set_stream_check, BRRR_STREAM_CHECK=1),
+// every access also goes through a stream_check::Checker, under one lock.
+
+/// The flag behind stream_check_enabled(); set_stream_check() writes it.
+std::atomic<bool> stream_check_flag{false};
+/// Whether the stream check is on: the relaxed load each announced tensor pays when it is off.
+inline bool stream_check_enabled() noexcept { return stream_check_flag.load(std::memory_order_relaxed); }
+/// Switches the check; switching it on starts a new epoch (accesses recorded before are
+/// forgotten, since the events and waits made while it was off were not seen).
+void set_stream_check(bool on);
+
+/// A number for a new CUDA stream handle of `device` (dense from 0, never reused).
+std::uint32_t new_stream_slot(void* handle, int device);
+inline stream_check::StreamInfo stream_info(const StreamState& s) { return {s.slot, s.id, s.device, s.is_default}; }
+/// This thread's current stream of `device` by reference, without copying the handle: valid
+/// until this thread's next StreamGuard change. `device` must be a valid CUDA device index.
+const StreamState& current_stream_state(int device);
+
+/// The checked path of note_access (the stream check is on). Throws Error(stream).
+void check_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind);
+/// THE hook: every tensor of every piece of device work brrr enqueues passes here first,
+/// with the stream that will run it and whether the work reads or writes it. Kernel launches
+/// reach it through input()/output() (and input_data()/output_data() for gemm and optimizer
+/// steps); the copies of tensor/convert.cpp and cuda/runtime.cpp call it directly. Operands
+/// without a stream record (CPU heap memory) or without elements are skipped. Always: a write
+/// makes `stream` a writer of the storage (host reads wait for it). With the check on: throws
+/// Error(stream) for an access not ordered after a conflicting one on another stream, before
+/// anything is enqueued.
+inline void note_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind) {
+  if (!o.log || o.numel == 0) return;
+  if (kind == stream_check::AccessKind::write) o.log->note_writer(stream.slot);
+  if (stream_check_enabled()) [[unlikely]] check_access(stream, o, kind);
+}
+/// An Operand of `t` for note_access only (never for a kernel): like input()/output(), but a
+/// tensor of more than max_dims dims is described by its element count instead of throwing.
+Operand tracked(const Tensor& t, const char* op);
+
+/// Makes `stream` wait, on the device, for every other stream that enqueued writes to
+/// `storage` (an event on each): the first step of a host read, so that what it copies on
+/// `stream` is complete. Costs nothing when `stream` is the only writer.
+void order_after_writers(const Storage& storage, const StreamPtr& stream);
+/// Makes later work on `waiter` wait for the work enqueued on `other` so far (an event).
+void wait_stream(const StreamState& waiter, const StreamState& other);
+
+/// With the check on: the clock an event recorded on `stream` captures (empty when off).
+stream_check::VectorClock check_record(const StreamState& stream);
+/// With the check on: `stream` waited for an event with clock `event`.
+void check_wait(const StreamState& stream, const stream_check::VectorClock& event);
+/// With the check on: the host waited for an event / a stream / a whole device.
+void check_host_wait(const stream_check::VectorClock& event);
+void check_host_wait_stream(const StreamState& stream);
+void check_host_wait_device(int device);
+/// cuda::record_stream(storage, stream): remembered for the check of frees.
+void note_recorded_stream(const Storage& storage, const StreamState& stream);
+/// From the caching allocator's deleter (a Storage's last handle is gone): with the check on,
+/// checks that releasing the memory is safe. Cannot throw: a hazard is kept and thrown
+/// (Error(stream)) by the next checked call.
+void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexcept;
+/// Throws the hazard note_release kept, if any (called by checked calls and note_sync).
+void raise_pending_stream_error();
+
 
 /// Blocking helpers: each calls note_sync(api), waits, then raises any deferred device error
 /// (an out-of-range index met by a kernel; cuda/device_errors.cpp) as Error(index).
@@ -182,6 +252,12 @@ void empty_cache(int device);
 Storage allocate_pinned(std::size_t nbytes);
 /// Records that `stream` reads or writes pinned `storage` asynchronously.
 void record_pinned_use(const Storage& storage, const StreamPtr& stream);
+/// An asynchronous device-to-host copy into pinned `storage` was just enqueued on `stream`:
+/// records an event after it, so that host reads of the storage wait for it.
+void note_host_pending(const Storage& storage, const StreamPtr& stream);
+/// A host read or write of `storage` (CPU memory) is about to happen: if an asynchronous copy
+/// into it may still run, waits for it (a counted sync, note_sync(api)); else returns at once.
+void wait_host_pending(const Storage& storage, const char* api);
 struct PinnedStats {
   std::uint64_t allocated_bytes = 0;
   std::uint64_t reserved_bytes = 0;
@@ -206,9 +282,10 @@ enum class CopyKind : std::uint8_t { host_to_device, device_to_host, device_to_d
 /// Enqueues a copy of `bytes` on `stream` and returns (cudaMemcpyAsync). For pinned host
 /// memory this is truly asynchronous; callers record_pinned_use() it.
 void memcpy_async(void* dst, const void* src, std::size_t bytes, CopyKind kind, const StreamPtr& stream);
-/// A counted, host-blocking copy from device memory into pageable host memory on the
-/// current stream of `device`: note_sync(api), enqueue, wait.
-void copy_device_to_host(void* dst, const void* src, std::size_t bytes, int device, const char* api);
+/// A counted, host-blocking copy of the first `bytes` of contiguous device tensor `src` into
+/// pageable host memory, on the current stream of its device: note_sync(api), then that
+/// stream waits for the streams that wrote `src` (order_after_writers), then copy and wait.
+void copy_device_to_host(void* dst, const Tensor& src, std::size_t bytes, const char* api);
 /// A counted, host-blocking copy from pageable host memory to `device` (CUDA stages it and
 /// returns only when the host buffer may be reused).
 void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int device, const char* api);

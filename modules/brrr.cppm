@@ -9,3 +9,4 @@ export import brrr.nn;
 export import brrr.optim;
 export import brrr.io;
 export import brrr.data;
+export import brrr.dist;

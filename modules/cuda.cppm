@@ -37,6 +37,10 @@ public:
   void synchronize() const;
   /// Makes future work on this stream wait for `event` (device-side: the host stays free).
   void wait(const Event& event) const;
+  /// Makes future work on this stream wait for all work enqueued on `other` so far (an
+  /// event recorded on `other` and waited on here; device-side). Both on one device, else
+  /// Error(device).
+  void wait_stream(const Stream& other) const;
   /// A distinct number per stream (for printing).
   std::uint64_t id() const;
   friend bool operator==(const Stream& a, const Stream& b) { return a.state_ == b.state_; }
@@ -88,6 +92,7 @@ public:
   void* handle() const;
 
 private:
+  friend class Stream;
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
@@ -116,6 +121,31 @@ private:
   SyncPolicy previous_;
 };
 
+/// The stream check: when on, every op, copy, cuBLAS call, random draw and optimizer step
+/// checks its tensors against the earlier accesses on other streams, tracked with vector
+/// clocks that Event::record, Stream::wait, wait_stream and host synchronisations advance.
+/// A read of data written on another stream, or a write of data another stream wrote or
+/// read, with no event (or sync) ordering the two, throws Error(stream) naming the op, the
+/// tensor's shape and dtype, both streams and the earlier op, before anything is enqueued.
+/// Dropping the last handle of memory another stream may still use, without record_stream,
+/// is reported (Error(stream)) by the next op or sync, since a destructor cannot throw.
+/// Off by default (then an op pays one relaxed atomic load per CUDA tensor it touches, a
+/// few nanoseconds against microseconds of launch); BRRR_STREAM_CHECK=1 in the
+/// environment switches it on at start-up. Switching it on forgets accesses made before.
+void set_stream_check(bool on);
+bool stream_check_enabled();
+/// Switches the stream check for a scope, restoring the previous state (RAII).
+class StreamCheckGuard {
+public:
+  explicit StreamCheckGuard(bool on) : previous_(cuda::stream_check_enabled()) { cuda::set_stream_check(on); }
+  ~StreamCheckGuard() { cuda::set_stream_check(previous_); }
+  StreamCheckGuard(const StreamCheckGuard&) = delete;
+  StreamCheckGuard& operator=(const StreamCheckGuard&) = delete;
+
+private:
+  bool previous_;
+};
+
 /// Caching allocator statistics of `device` (bytes and call counts).
 using MemoryStats = backend::MemoryStats;
 MemoryStats memory_stats(Device device);
@@ -123,7 +153,7 @@ void reset_peak_memory_stats(Device device);
 /// Returns cached, wholly free segments of `device` to the driver (cudaFree).
 void empty_cache(Device device);
 /// Marks `tensor`'s memory as in use by `stream` as well as by the stream it was allocated
-/// on: when freed, the block is reused only after the work `stream` has enqueued so far.
+/// on: when freed, the block is reused only after the work `stream` has enqueued by then.
 void record_stream(const Tensor& tensor, const Stream& stream);
 /// Pinned host allocator statistics.
 using PinnedStats = backend::PinnedStats;

@@ -3,6 +3,7 @@
 // copying an nn::Linear copies the handle, and both see the same parameters.
 module;
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -10,6 +11,8 @@ module;
 #include <memory>
 #include <optional>
 #include <string>
+#include <concepts>
+#include <type_traits>
 #include <utility>
 #include <vector>
 export module brrr.nn;
@@ -21,22 +24,45 @@ export namespace brrr::nn {
 /// Parameters and buffers by dotted name ("0.weight", "attn.qkv.bias"), sorted.
 using StateDict = std::map<std::string, Tensor>;
 
-/// The state behind a module handle. Subclass it for a custom layer: register parameters,
-/// buffers and children in the constructor and override forward().
+class Module;
+
+/// The state behind a module handle. Subclass it for a custom layer (LibTorch's
+/// `struct NetImpl : torch::nn::Module`): register parameters, buffers and children in the
+/// constructor and define forward(); wrap it in a ModuleHolder (BRRR_MODULE) for a handle
+/// with `net->member` access.
 class ModuleImpl {
 public:
   virtual ~ModuleImpl() = default;
-  /// The module's computation. The default throws Error(value) (containers override it).
+  /// The one-tensor computation that containers (Sequential) and Module::operator() call.
+  /// The default throws Error(value). A module with several inputs or outputs defines its
+  /// own forward(...) instead, called through its holder: net(a, b) or net->forward(a, b).
   virtual Tensor forward(const Tensor& input);
-  /// A short description, e.g. "Linear(in_features=784, out_features=10, bias=true)".
-  virtual std::string name() const = 0;
+  /// A short description, e.g. "Linear(in_features=784, out_features=10, bias=true)". The
+  /// default is the class's name without its namespace and an "Impl" suffix (NetImpl: "Net").
+  virtual std::string name() const;
 
   /// Adds a parameter: a leaf that requires grad (floating dtypes). Returns it.
   Tensor& register_parameter(const std::string& name, Tensor tensor);
   /// Adds a buffer: state saved in the state dict but not trained (e.g. running stats).
   Tensor& register_buffer(const std::string& name, Tensor tensor);
-  /// Adds a child module (its parameters appear under "name.").
+  /// Adds a child module (its parameters appear under "name."). Error(value) for an empty
+  /// handle, a taken or dotted name, or the module itself.
   void register_module(const std::string& name, std::shared_ptr<ModuleImpl> child);
+  /// The same for a handle (nn::Linear, a ModuleHolder, ...) or a shared_ptr of a custom
+  /// Impl, returned so that it can be kept in a member:
+  ///   fc1 = register_module("fc1", nn::Linear(784, 64));
+  template <class M>
+    requires std::derived_from<M, Module>
+  M register_module(const std::string& name, M module) {
+    register_module(name, module.impl());
+    return module;
+  }
+  template <class T>
+    requires(std::derived_from<T, ModuleImpl> && !std::is_same_v<T, ModuleImpl>)
+  std::shared_ptr<T> register_module(const std::string& name, std::shared_ptr<T> module) {
+    register_module(name, std::shared_ptr<ModuleImpl>(module));
+    return module;
+  }
 
   std::vector<std::pair<std::string, Tensor>>& own_parameters() { return parameters_; }
   std::vector<std::pair<std::string, Tensor>>& own_buffers() { return buffers_; }
@@ -83,21 +109,141 @@ public:
   /// Parameters and buffers by dotted name (tied tensors under each of their names). The
   /// values are detached tensors sharing storage with the module: clone() them for a snapshot.
   StateDict state_dict() const;
+  /// The keys load_state_dict(strict = false) did not match (PyTorch's _IncompatibleKeys).
+  struct IncompatibleKeys {
+    std::vector<std::string> missing_keys;     ///< the module's, absent from the state dict
+    std::vector<std::string> unexpected_keys;  ///< the state dict's, not the module's
+  };
   /// Copies values from `state` into the existing parameters/buffers in place (any device or
-  /// dtype converts). strict: Error(value) listing missing and unexpected keys; a shape
-  /// mismatch is always Error(shape) naming the key and both shapes.
-  void load_state_dict(const StateDict& state, bool strict = true) const;
+  /// dtype converts). strict: Error(value) listing missing and unexpected keys; otherwise the
+  /// matching keys are loaded and the others returned. A shape mismatch is always
+  /// Error(shape) naming the key and both shapes.
+  IncompatibleKeys load_state_dict(const StateDict& state, bool strict = true) const;
 
   /// Sum of parameter numels (a tensor registered twice counts once).
   std::int64_t num_parameters() const;
   /// A tree of the modules' names, like print(model) in PyTorch.
   std::string to_string() const;
 
+  /// Sets every parameter's gradient to none (set_to_none, PyTorch 2's default) or zeroes
+  /// it in place.
+  void zero_grad(bool set_to_none = true) const;
+  /// Calls fn on every submodule, then on this module (PyTorch's order: children first,
+  /// depth-first), e.g. for custom initialisation:
+  ///   net.apply([](nn::Module& m) { if (m.type_name() == "Linear") ... });
+  const Module& apply(const std::function<void(Module&)>& fn) const;
+  /// Every module of the tree with its dotted name ("" for this one), this one first.
+  std::vector<std::pair<std::string, Module>> named_modules() const;
+  /// The module's kind: name() up to its first '(' ("Linear", "Sequential", "Net").
+  std::string type_name() const;
+  /// The implementation as T (nullptr when it is not a T): the typed way back from a Module
+  /// to a custom Impl.
+  template <class T> std::shared_ptr<T> as() const { return std::dynamic_pointer_cast<T>(impl_); }
+
   bool defined() const { return impl_ != nullptr; }
   const std::shared_ptr<ModuleImpl>& impl() const { return impl_; }
 
 protected:
   std::shared_ptr<ModuleImpl> impl_;
+};
+
+/// A typed handle to a custom module (LibTorch's ModuleHolder, made by TORCH_MODULE): owns a
+/// shared Impl, gives `net->member` access to it, calls its forward with any arguments
+/// (`net(a, b)`), and is a Module (parameters(), to(), state_dict(), containers). Spell it
+/// `using Net = nn::ModuleHolder<NetImpl>;` or, with the header nn/module_holder.hpp,
+/// `BRRR_MODULE(Net);`. Constructed from Impl's constructor arguments; `Net net{nullptr}` is
+/// an empty handle (to be assigned later, e.g. by register_module).
+template <class Impl> class ModuleHolder : public Module {
+public:
+  using ImplType = Impl;
+  /// Default-constructs the Impl (when it can be).
+  ModuleHolder()
+    requires std::is_default_constructible_v<Impl>
+      : Module(std::make_shared<Impl>()) {}
+  /// An empty handle.
+  ModuleHolder(std::nullptr_t) {}
+  /// Wraps an existing Impl (shared, not copied).
+  ModuleHolder(std::shared_ptr<Impl> impl) : Module(std::move(impl)) {}
+  /// Impl(args...).
+  template <class First, class... Rest>
+    requires(!std::is_same_v<std::decay_t<First>, ModuleHolder> &&
+             !std::is_same_v<std::decay_t<First>, std::nullptr_t> &&
+             !std::is_same_v<std::decay_t<First>, std::shared_ptr<Impl>> &&
+             std::is_constructible_v<Impl, First, Rest...>)
+  explicit ModuleHolder(First&& first, Rest&&... rest)
+      : Module(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
+
+  /// The Impl; Error(value) on an empty handle.
+  Impl* operator->() const { return get(); }
+  Impl& operator*() const { return *get(); }
+  Impl* get() const {
+    if (!impl_) throw Error(ErrorKind::value, "ModuleHolder: the module handle is empty (made from nullptr?)");
+    return static_cast<Impl*>(impl_.get());
+  }
+  std::shared_ptr<Impl> ptr() const { return std::static_pointer_cast<Impl>(impl_); }
+  bool is_empty() const { return impl_ == nullptr; }
+  /// Impl::forward(args...), whatever its arguments and result.
+  template <class... Args> decltype(auto) operator()(Args&&... args) const {
+    return get()->forward(std::forward<Args>(args)...);
+  }
+  template <class... Args> decltype(auto) forward(Args&&... args) const {
+    return get()->forward(std::forward<Args>(args)...);
+  }
+};
+
+/// Modules in a list, registered as children "0", "1", ... (their parameters appear under
+/// those names), without a forward of its own: iterate it in yours.
+class ModuleList : public Module {
+public:
+  ModuleList();
+  ModuleList(std::initializer_list<Module> modules);
+  /// Appends a module; Error(value) for an empty handle. Returns *this.
+  ModuleList& push_back(const Module& module);
+  /// Appends every module of `other`.
+  ModuleList& extend(const ModuleList& other);
+  std::size_t size() const;
+  bool empty() const { return size() == 0; }
+  /// Module `index`; Error(index) when out of range.
+  Module operator[](std::size_t index) const;
+  /// Module `index` as its Impl type T (Error(value) when it is not one).
+  template <class T> std::shared_ptr<T> at(std::size_t index) const {
+    auto p = (*this)[index].as<T>();
+    if (!p) throw Error(ErrorKind::value, "ModuleList::at: module " + std::to_string(index) + " is not of the type asked");
+    return p;
+  }
+  std::vector<Module>::const_iterator begin() const;
+  std::vector<Module>::const_iterator end() const;
+
+private:
+  std::shared_ptr<std::vector<Module>> items_;  // the handles, shared by copies of this handle
+};
+
+/// Modules by name, in insertion order, registered as children under their keys.
+class ModuleDict : public Module {
+public:
+  ModuleDict();
+  ModuleDict(std::initializer_list<std::pair<std::string, Module>> modules);
+  /// Adds `module` under `key` (Error(value) for a taken or dotted key, an empty handle).
+  ModuleDict& insert(const std::string& key, const Module& module);
+  /// The module under `key`; Error(index) naming it when absent.
+  Module operator[](const std::string& key) const;
+  bool contains(const std::string& key) const;
+  std::size_t size() const;
+  std::vector<std::string> keys() const;
+  std::vector<Module> values() const;
+  std::vector<std::pair<std::string, Module>> items() const;
+};
+
+/// Parameters in a list, registered as "0", "1", ... (leaves requiring grad, floating).
+class ParameterList : public Module {
+public:
+  ParameterList();
+  ParameterList(std::initializer_list<Tensor> parameters);
+  /// Appends a parameter (detached if not a leaf, marked requires_grad). Returns *this.
+  ParameterList& append(const Tensor& parameter);
+  std::size_t size() const;
+  /// Parameter `index`; Error(index) when out of range.
+  Tensor operator[](std::size_t index) const;
 };
 
 // ---------------------------------------------------------------------------------------

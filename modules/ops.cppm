@@ -6,6 +6,7 @@ module;
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@ module;
 #include <vector>
 
 #include "backend/contract.hpp"  // Window2d
+#include "tensor/methods.hpp"    // BRRR_TENSOR_METHODS: TensorMethods below
 export module brrr.ops;
 import brrr.tensor;
 
@@ -124,6 +126,38 @@ Tensor operator/(const Tensor& a, Scalar b);
 Tensor operator/(Scalar a, const Tensor& b);
 Tensor operator-(const Tensor& a);
 
+/// Comparison operators: eq, ne, lt, le, gt, ge (bool tensors, not differentiable). A
+/// tensor's identity is Tensor::is_same, never ==.
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator==(Scalar a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator!=(Scalar a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<(Scalar a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator<=(Scalar a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>(Scalar a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator>=(Scalar a, const Tensor& b);
+
+/// Compound assignment: a = a op b in place (add_, sub_, mul_, div_ below, with PyTorch's
+/// in-place rules). Returns a.
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, Scalar b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, Scalar b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, Scalar b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, Scalar b);
+
 // ---------------------------------------------------------------------------------------
 // Elementwise unary: same shape and dtype (floating dtypes unless noted)
 // ---------------------------------------------------------------------------------------
@@ -169,18 +203,18 @@ Tensor operator-(const Tensor& a);
 // ---------------------------------------------------------------------------------------
 
 /// Sum: floating dtypes keep their dtype; integers and bool give i64 (PyTorch).
-[[nodiscard]] Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+[[nodiscard]] Tensor sum(const Tensor& x, DimList dims = {}, bool keepdim = false);
 /// Mean (floating dtypes only; Error(dtype) otherwise). Empty input gives NaN. bf16/f16:
 /// summed and divided in f32, rounded once.
-[[nodiscard]] Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+[[nodiscard]] Tensor mean(const Tensor& x, DimList dims = {}, bool keepdim = false);
 /// Max/min over all elements (any dtype); NaN propagates. Ties share the gradient evenly
 /// (PyTorch's amax rule); a NaN result sends it to the NaNs. Empty input: Error(value).
 [[nodiscard]] Tensor max(const Tensor& x);
 [[nodiscard]] Tensor min(const Tensor& x);
 /// Max/min over several dims (values only), ties share the gradient evenly. Reducing a
 /// size-0 dim is Error(value).
-[[nodiscard]] Tensor amax(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
-[[nodiscard]] Tensor amin(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
+[[nodiscard]] Tensor amax(const Tensor& x, DimList dims, bool keepdim = false);
+[[nodiscard]] Tensor amin(const Tensor& x, DimList dims, bool keepdim = false);
 /// Values and (i64) indices of the max/min along one dim; the first index on ties, the first
 /// NaN when there is one. The gradient goes to the returned index only. A 0-d input takes
 /// dim 0 or -1 (index 0); a size-0 dim is Error(value).
@@ -203,14 +237,14 @@ struct ValuesIndices {
 /// Floating dtypes only (Error(dtype)); bf16/f16 compute in f32. Gradient PyTorch's
 /// var_backward: 2 / (N - correction) * g * (x - mean); with N - correction <= 0 over all
 /// dims, g * (x == mean ? NaN : inf). std = sqrt(var), same arguments.
-[[nodiscard]] Tensor var(const Tensor& x, std::vector<std::int64_t> dims = {}, double correction = 1,
+[[nodiscard]] Tensor var(const Tensor& x, DimList dims = {}, double correction = 1,
                          bool keepdim = false);
-[[nodiscard]] Tensor std(const Tensor& x, std::vector<std::int64_t> dims = {}, double correction = 1,
+[[nodiscard]] Tensor std(const Tensor& x, DimList dims = {}, double correction = 1,
                          bool keepdim = false);
 /// log(sum(exp(x))) computed stably: m = amax over dims (a constant for autograd; 0 where it
 /// is +-inf), log(sum(exp(x - m))) + m. Reducing zero elements gives -inf; integer and bool
 /// inputs compute in f32.
-[[nodiscard]] Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim = false);
+[[nodiscard]] Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim = false);
 // ---------------------------------------------------------------------------------------
 // Linear algebra
 // ---------------------------------------------------------------------------------------
@@ -222,6 +256,8 @@ struct ValuesIndices {
 /// Throws Error(shape) e.g. "matmul: shapes [32, 784] and [128, 10] cannot be multiplied
 /// (784 != 128)".
 [[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b);
+/// matmul of two 2-D tensors [n, k] x [k, m] (PyTorch's mm); Error(shape) for other ranks.
+[[nodiscard]] Tensor mm(const Tensor& a, const Tensor& b);
 /// Allow TF32 tensor-core math for f32 matmul on CUDA (10-bit mantissa products, f32
 /// accumulate; ~3e-4 relative error). Off by default, like PyTorch's
 /// torch.backends.cuda.matmul.allow_tf32.
@@ -320,11 +356,30 @@ struct CrossEntropyOptions {
 void set_deterministic(bool deterministic);
 bool deterministic();
 
+/// N sizes given as one number for all (`2` is {2, 2}) or as N numbers (`{2, 3}`), as
+/// LibTorch's ExpandingArray<N>: `conv2d(x, w, {}, {.stride = 2})`, `{.padding = {1, 2}}`. A
+/// braced list of another length is Error(value).
+template <std::size_t N> struct ExpandingArray {
+  std::array<std::int64_t, N> values{};
+  ExpandingArray(std::int64_t value) { values.fill(value); }
+  ExpandingArray(std::array<std::int64_t, N> v) : values(v) {}
+  ExpandingArray(std::initializer_list<std::int64_t> list) {
+    if (list.size() != N)
+      throw Error(ErrorKind::value, "ExpandingArray: expected " + std::to_string(N) + " values, got " +
+                                        std::to_string(list.size()));
+    std::size_t i = 0;
+    for (std::int64_t v : list) values[i++] = v;
+  }
+  operator const std::array<std::int64_t, N>&() const { return values; }
+  std::int64_t operator[](std::size_t i) const { return values[i]; }
+  friend bool operator==(const ExpandingArray& a, const ExpandingArray& b) { return a.values == b.values; }
+};
+
 /// Options of conv2d.
 struct Conv2dOptions {
-  std::array<std::int64_t, 2> stride{1, 1};
-  std::array<std::int64_t, 2> padding{0, 0};
-  std::array<std::int64_t, 2> dilation{1, 1};
+  ExpandingArray<2> stride{1, 1};
+  ExpandingArray<2> padding{0, 0};
+  ExpandingArray<2> dilation{1, 1};
   std::int64_t groups = 1;
 };
 /// 2-D convolution (cross-correlation, as PyTorch): input [N, C, H, W], weight
@@ -334,11 +389,11 @@ struct Conv2dOptions {
                             Conv2dOptions options = {});
 /// Options of the 2-D pools.
 struct Pool2dOptions {
-  std::array<std::int64_t, 2> kernel_size{2, 2};
+  ExpandingArray<2> kernel_size{2, 2};
   /// Default (nullopt): the kernel size.
-  std::optional<std::array<std::int64_t, 2>> stride;
-  std::array<std::int64_t, 2> padding{0, 0};
-  std::array<std::int64_t, 2> dilation{1, 1};  ///< max_pool2d only
+  std::optional<ExpandingArray<2>> stride;
+  ExpandingArray<2> padding{0, 0};
+  ExpandingArray<2> dilation{1, 1};  ///< max_pool2d only
   /// Output size rounds up, but the last window must start inside the input or the left
   /// padding (PyTorch's rule).
   bool ceil_mode = false;
@@ -346,10 +401,13 @@ struct Pool2dOptions {
 };
 /// Max over windows of [N, C, H, W] (or [C, H, W]); padding never wins (it is -inf).
 [[nodiscard]] Tensor max_pool2d(const Tensor& x, Pool2dOptions options);
+/// max_pool2d(x, 2): a square kernel, stride = kernel (LibTorch's torch::max_pool2d(x, 2)).
+[[nodiscard]] Tensor max_pool2d(const Tensor& x, std::int64_t kernel_size);
 /// Average over windows.
 [[nodiscard]] Tensor avg_pool2d(const Tensor& x, Pool2dOptions options);
+[[nodiscard]] Tensor avg_pool2d(const Tensor& x, std::int64_t kernel_size);
 /// Average pooling to a fixed output size: bin i spans [floor(i H / out), ceil((i+1) H / out)).
-[[nodiscard]] Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_size);
+[[nodiscard]] Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size);
 /// im2col as an op (PyTorch F.unfold): [N, C, H, W] -> [N, C*kh*kw, L]. Backward: fold.
 [[nodiscard]] Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size,
                             std::array<std::int64_t, 2> dilation = {1, 1},
@@ -361,14 +419,98 @@ struct Pool2dOptions {
                           std::array<std::int64_t, 2> padding = {0, 0}, std::array<std::int64_t, 2> stride = {1, 1});
 
 // ---------------------------------------------------------------------------------------
-// In-place updates (no autograd recording; under NoGradGuard or on tensors without grad)
+// In-place arithmetic, with PyTorch's rules (ops/inplace.cpp): x becomes x op y, written
+// into x's own storage; its version is bumped (a tensor saved for backward before then makes
+// that backward throw Error(autograd)). The result (broadcast of both shapes, promoted dtype)
+// must fit x: its shape must be x's (Error(shape)) and its dtype must cast to x's within
+// its kind or lower (float -> integer or -> bool is Error(dtype), as PyTorch's "result type
+// Float can't be cast to the desired output type Long"). Under grad mode:
+//   - a leaf that requires grad is refused (Error(autograd), PyTorch's "a leaf Variable that
+//     requires grad is being used in an in-place operation"): update parameters under
+//     NoGradGuard, as optimizers do;
+//   - otherwise, if x or y requires grad, the op is recorded and x takes its history (x's
+//     grad_fn becomes the op's node; x's previous values reach the rule through a copy). brrr
+//     records this only for a tensor that is the sole owner of its storage: a view, a tensor
+//     with views, or one saved by its own producer (exp's output, ...) is Error(autograd)
+//     there (PyTorch would rebase the views' history; write y = y + ... instead).
+// Without grad mode or a tensor requiring grad, nothing is recorded: one kernel when the
+// dtypes match. Each returns x.
 // ---------------------------------------------------------------------------------------
 
-/// x += alpha * y in place (shapes broadcast into x). Bumps x's version.
-void add_(const Tensor& x, const Tensor& y, double alpha = 1.0);
-/// x *= y in place (y broadcast, e.g. a 0-d device scalar). Bumps x's version.
-void mul_(const Tensor& x, const Tensor& y);
-void mul_(const Tensor& x, Scalar y);
+/// x += alpha * y.
+const Tensor& add_(const Tensor& x, const Tensor& y, double alpha = 1.0);
+const Tensor& add_(const Tensor& x, Scalar y);
+const Tensor& sub_(const Tensor& x, const Tensor& y);
+const Tensor& sub_(const Tensor& x, Scalar y);
+/// x *= y (y broadcast, e.g. a 0-d device scalar).
+const Tensor& mul_(const Tensor& x, const Tensor& y);
+const Tensor& mul_(const Tensor& x, Scalar y);
+/// x /= y (true division: an integer x is Error(dtype)).
+const Tensor& div_(const Tensor& x, const Tensor& y);
+const Tensor& div_(const Tensor& x, Scalar y);
+
+// ---------------------------------------------------------------------------------------
+// Indexing in LibTorch's spelling (ops/indexing.cpp):
+//   x.index({Slice(0, 8), 2, None, Ellipsis, idx, mask})      (Python's x[0:8, 2, None, ..., idx, mask])
+//   x.index_put_({Slice(), 0}, values)                         (x[:, 0] = values)
+// ---------------------------------------------------------------------------------------
+
+namespace indexing {
+/// Python's start:stop:step; an unset bound is the dim's start or end, a negative one counts
+/// from the end, out-of-range bounds clamp (Python slicing). step > 0 (Error(value)).
+struct Slice {
+  Slice(std::optional<std::int64_t> start = std::nullopt, std::optional<std::int64_t> stop = std::nullopt,
+        std::optional<std::int64_t> step = std::nullopt)
+      : start(start), stop(stop), step(step) {}
+  std::optional<std::int64_t> start, stop, step;
+};
+/// Python's `...`: as many full slices as the other indices leave.
+struct EllipsisIndexType {};
+inline constexpr EllipsisIndexType Ellipsis{};
+/// Python's `None`: inserts a size-1 dim.
+inline constexpr std::nullopt_t None = std::nullopt;
+
+/// One entry of an index list: an integer (selects, removing the dim; negative counts from
+/// the end; Error(index) out of range), a Slice, None, Ellipsis, or a tensor: i64/i32 indices
+/// (advanced indexing, as NumPy: several index tensors broadcast together; their result dims
+/// replace theirs in place when they are adjacent, else they go first) or a bool mask over
+/// the next mask.dim() dims (the positions where it is true: a host sync, as in PyTorch).
+class TensorIndex {
+public:
+  enum class Kind : std::uint8_t { integer, slice, none, ellipsis, tensor };
+  /// Any integer type (int, int64_t, size_t, ...); bool is not an index.
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  TensorIndex(I i) : kind_(Kind::integer), integer_(static_cast<std::int64_t>(i)) {}
+  TensorIndex(Slice s) : kind_(Kind::slice), slice_(s) {}
+  TensorIndex(std::nullopt_t) : kind_(Kind::none) {}
+  TensorIndex(EllipsisIndexType) : kind_(Kind::ellipsis) {}
+  TensorIndex(Tensor t) : kind_(Kind::tensor), tensor_(std::move(t)) {}
+  Kind kind() const { return kind_; }
+  std::int64_t integer() const { return integer_; }
+  const Slice& slice() const { return slice_; }
+  const Tensor& tensor() const { return tensor_; }
+
+private:
+  Kind kind_;
+  std::int64_t integer_ = 0;
+  Slice slice_;
+  Tensor tensor_;
+};
+}  // namespace indexing
+
+/// x[indices] (see indexing::TensorIndex). Integers, slices, None and Ellipsis give a view;
+/// index tensors and masks a copy (index_select on the flattened indexed dims), differentiable.
+/// More indices than dims is Error(index); index tensors must be on x's device (Error(device))
+/// and of dtype i64, i32 or bool (Error(dtype)).
+[[nodiscard]] Tensor index(const Tensor& x, const std::vector<indexing::TensorIndex>& indices);
+/// x[indices] = values in place (values broadcast to x[indices]'s shape and converted to x's
+/// dtype), PyTorch's index_put_ / Python's setitem, under the in-place rules above. With
+/// accumulate, values are added instead (repeated indices add up); without, repeated indices
+/// are undefined in PyTorch and add up here. Returns x.
+const Tensor& index_put_(const Tensor& x, const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
+                         bool accumulate = false);
+const Tensor& index_put_(const Tensor& x, const std::vector<indexing::TensorIndex>& indices, Scalar value);
 
 }  // namespace brrr
 
@@ -377,6 +519,12 @@ namespace brrr::ops_detail {
 
 /// Throws Error(device) unless all defined tensors are on one device; returns it.
 Device common_device(const char* op, std::initializer_list<Tensor> tensors);
+/// The in-place rules of add_, sub_, mul_, div_ and index_put_ (ops/inplace.cpp): x becomes
+/// compute(x) unrecorded (one_kernel, when given, may do it in place and return true), or,
+/// when grad mode is on and x or `operand` requires grad, recorded with x taking the history
+/// of compute(x's old values). Checks shape and dtype of the result against x.
+const Tensor& update(const char* op, const Tensor& x, const Tensor& operand,
+                     const std::function<Tensor(const Tensor&)>& compute, const std::function<bool()>& one_kernel);
 /// Throws Error(value) for an undefined tensor.
 void require_defined(const char* op, const Tensor& t, const char* name = "input");
 /// Throws Error::dtype_not_supported unless t is floating (f32, f64, bf16, f16); `what`
@@ -411,7 +559,20 @@ Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_v
 // this class without importing brrr.ops).
 namespace brrr {
 extern "C++" struct TensorMethods {
-  static Tensor sum(const Tensor& x) { return brrr::sum(x); }
-  static Tensor mean(const Tensor& x) { return brrr::mean(x); }
+  using Scalar = brrr::Scalar;
+  using TensorIndex = indexing::TensorIndex;
+#define BRRR_TENSOR_METHOD(name, params, args) \
+  static auto name BRRR_METHOD_SELF_PARAMS params { return brrr::name BRRR_METHOD_SELF_ARGS args; }
+  BRRR_TENSOR_METHODS(BRRR_TENSOR_METHOD, Scalar)
+  BRRR_TENSOR_INPLACE_METHODS(BRRR_TENSOR_METHOD, Scalar)
+#undef BRRR_TENSOR_METHOD
+  static Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) { return brrr::index(x, indices); }
+  static Tensor index_put_(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values,
+                           bool accumulate) {
+    return brrr::index_put_(x, indices, values, accumulate);
+  }
+  static Tensor index_put_(const Tensor& x, const std::vector<TensorIndex>& indices, Scalar value) {
+    return brrr::index_put_(x, indices, value);
+  }
 };
 }  // namespace brrr

@@ -3,13 +3,21 @@
 // formula term), and nothing here makes the host wait.
 module;
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 export module brrr.optim;
 import brrr.tensor;
 
 export namespace brrr::optim {
+
+/// An optimizer's or scheduler's state by name, in PyTorch's layout flattened with dots (the
+/// nested dicts of torch.optim's state_dict(): "state.<i>.exp_avg", "param_groups.0.lr"),
+/// ready for io::save_safetensors (a checkpoint holds the module's, the optimizer's and the
+/// scheduler's under three prefixes: docs/api.md, "Checkpoints").
+using StateDict = std::map<std::string, Tensor>;
 
 /// The state every optimizer shares: parameters, per-parameter state, the learning rate.
 /// Parameters must be defined, floating, contiguous and distinct (Error otherwise); each
@@ -32,6 +40,19 @@ public:
   const std::vector<Tensor>& parameters() const { return params_; }
   /// Completed steps.
   std::int64_t step_count() const { return steps_; }
+
+  /// Everything a resumed run needs to continue bit for bit: "param_groups.0.<hyperparameter>"
+  /// (0-d f64 numbers and bools; "param_groups.0.params" the indices 0..n-1 as PyTorch writes
+  /// them), "state.<i>.<buffer>" for each parameter i (by position in parameters()) that has
+  /// state, with PyTorch's names (SGD: momentum_buffer; Adam: step, exp_avg, exp_avg_sq,
+  /// max_exp_avg_sq), and "brrr.step_count". The state tensors are the optimizer's own
+  /// buffers (later steps update them in place): save them, or clone() for a snapshot.
+  virtual StateDict state_dict() const = 0;
+  /// Restores state_dict()'s contents (any device or dtype converts to the parameters'):
+  /// hyperparameters, learning rate, step count and state buffers. Error(value) when the
+  /// number of parameters differs, a key is missing or not one of the optimizer's; Error(shape)
+  /// naming the key when a buffer's shape is not its parameter's.
+  virtual void load_state_dict(const StateDict& state) = 0;
 
 protected:
   Optimizer(std::vector<Tensor> params, double lr, const char* name);
@@ -56,6 +77,8 @@ class SGD final : public Optimizer {
 public:
   SGD(std::vector<Tensor> params, SGDOptions options = {});
   void step() override;
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
 
 private:
   SGDOptions options_;
@@ -80,6 +103,8 @@ class Adam : public Optimizer {
 public:
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   void step() override;
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
 
 protected:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);
@@ -103,6 +128,12 @@ public:
   StepLR(Optimizer& optimizer, std::int64_t step_size, double gamma = 0.1);
   void step();
   double last_lr() const;
+  /// PyTorch's keys: "last_epoch" (calls of step()), "base_lrs", "_last_lr", "step_size",
+  /// "gamma" (0-d or [1] tensors).
+  StateDict state_dict() const;
+  /// Restores them (not the optimizer's lr: the optimizer's own state dict holds it).
+  /// Error(value) for a missing key or bad value.
+  void load_state_dict(const StateDict& state);
 
 private:
   Optimizer* opt_;
@@ -121,6 +152,9 @@ public:
   CosineWithWarmup(Optimizer& optimizer, std::int64_t warmup_steps, std::int64_t total_steps, double min_lr = 0);
   void step();
   double last_lr() const;
+  /// "last_epoch", "base_lrs", "_last_lr" (PyTorch's), "warmup_steps", "total_steps", "min_lr".
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
 
 private:
   double lr_at(std::int64_t step) const;

@@ -3,12 +3,17 @@
 // train/eval; in-place device and dtype moves through Tensor::set_data (so optimizers built
 // before .to() keep updating the moved parameters); state dicts; printing.
 module;
+#include <cxxabi.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 module brrr.nn;
@@ -94,7 +99,21 @@ void print_tree(ModuleImpl& m, const std::string& indent, std::ostringstream& os
 // --- ModuleImpl -----------------------------------------------------------------------------
 
 Tensor ModuleImpl::forward(const Tensor&) {
-  throw Error(ErrorKind::value, name() + ": this module has no forward()");
+  throw Error(ErrorKind::value, name() + ": this module has no forward(const Tensor&) (call its own forward "
+                                         "through its holder: net(a, b))");
+}
+
+std::string ModuleImpl::name() const {
+  // The dynamic type's demangled name, without namespaces, template arguments and "Impl".
+  const char* raw = typeid(*this).name();
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
+  std::string full = status == 0 && demangled ? demangled : raw;
+  std::free(demangled);
+  if (auto lt = full.find('<'); lt != std::string::npos) full.resize(lt);
+  if (auto colon = full.rfind("::"); colon != std::string::npos) full = full.substr(colon + 2);
+  if (full.size() > 4 && full.ends_with("Impl")) full.resize(full.size() - 4);
+  return full.empty() ? "Module" : full;
 }
 
 Tensor& ModuleImpl::register_parameter(const std::string& name, Tensor tensor) {
@@ -199,7 +218,7 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const StateDict& state, bool strict) const {
+Module::IncompatibleKeys Module::load_state_dict(const StateDict& state, bool strict) const {
   Named all;
   collect(*checked(impl_, "load_state_dict"), "", true, all);
   collect(*impl_, "", false, all);
@@ -242,6 +261,50 @@ void Module::load_state_dict(const StateDict& state, bool strict) const {
     Tensor dst = t;
     dst.copy_(it->second);  // converts dtype, crosses devices (a counted sync from pageable memory)
   }
+  return {std::move(missing), std::move(unexpected)};
+}
+
+void Module::zero_grad(bool set_to_none) const {
+  NoGradGuard no_grad;
+  for (const auto& [_, t] : named_parameters()) {
+    Tensor g = t.grad();
+    if (!g.defined()) continue;
+    if (set_to_none)
+      t.set_grad({});
+    else
+      g.fill_(0.0);
+  }
+}
+
+namespace {
+void apply_post_order(Module& m, const std::function<void(Module&)>& fn) {
+  for (auto& child : m.children()) apply_post_order(child, fn);
+  fn(m);
+}
+void collect_modules(const Module& m, const std::string& prefix, std::vector<std::pair<std::string, Module>>& out) {
+  out.emplace_back(prefix, m);
+  for (const auto& [n, child] : m.named_children()) collect_modules(child, prefix.empty() ? n : prefix + "." + n, out);
+}
+}  // namespace
+
+const Module& Module::apply(const std::function<void(Module&)>& fn) const {
+  checked(impl_, "apply");
+  if (!fn) throw Error(ErrorKind::value, "Module::apply: the function is empty");
+  Module self = *this;
+  apply_post_order(self, fn);
+  return *this;
+}
+
+std::vector<std::pair<std::string, Module>> Module::named_modules() const {
+  checked(impl_, "named_modules");
+  std::vector<std::pair<std::string, Module>> out;
+  collect_modules(*this, "", out);
+  return out;
+}
+
+std::string Module::type_name() const {
+  std::string n = checked(impl_, "type_name")->name();
+  return n.substr(0, n.find('('));
 }
 
 std::int64_t Module::num_parameters() const {

@@ -253,4 +253,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 
+Tensor mm(const Tensor& a, const Tensor& b) {
+  ops_detail::require_defined("mm", a, "self");
+  ops_detail::require_defined("mm", b, "mat2");
+  if (a.dim() != 2 || b.dim() != 2)
+    throw Error(ErrorKind::shape, "mm: expected two 2-D tensors, got " + describe(a) + " and " + describe(b));
+  return matmul(a, b);
+}
+
 }  // namespace brrr

@@ -45,7 +45,7 @@ Pool prepare(const char* op, const Tensor& x, const Pool2dOptions& o, bool use_d
                                       describe(x));
   require_floating(op, x);
   std::array<std::int64_t, 2> k = o.kernel_size, s = o.stride.value_or(o.kernel_size), p = o.padding;
-  std::array<std::int64_t, 2> d = use_dilation ? o.dilation : std::array<std::int64_t, 2>{1, 1};
+  std::array<std::int64_t, 2> d = use_dilation ? o.dilation.values : std::array<std::int64_t, 2>{1, 1};
   for (int i = 0; i < 2; ++i) {
     if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0 || p[i] < 0)
       throw Error(ErrorKind::value, std::string(op) + ": kernel_size " + pair_text(k) + ", stride " + pair_text(s) +
@@ -86,6 +86,14 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
   return finish(pool, max(cols, 1).values);
 }
 
+Tensor max_pool2d(const Tensor& x, std::int64_t kernel_size) {
+  return max_pool2d(x, Pool2dOptions{.kernel_size = kernel_size});
+}
+
+Tensor avg_pool2d(const Tensor& x, std::int64_t kernel_size) {
+  return avg_pool2d(x, Pool2dOptions{.kernel_size = kernel_size});
+}
+
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
   NvtxRange range("avg_pool2d");
   if (options.dilation != std::array<std::int64_t, 2>{1, 1})
@@ -116,7 +124,8 @@ Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
   return finish(pool, div(sums, divisor));
 }
 
-Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_size) {
+Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size_arg) {
+  const std::array<std::int64_t, 2>& output_size = output_size_arg;
   NvtxRange range("adaptive_avg_pool2d");
   require_defined("adaptive_avg_pool2d", x);
   if (x.dim() != 3 && x.dim() != 4)

@@ -203,13 +203,13 @@ Tensor arg_all(const char* name, ReduceOp op, const Tensor& x) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+Tensor sum(const Tensor& x, DimList dims, bool keepdim) {
   NvtxRange range("sum");
   require_defined("sum", x);
   return sum_mask("sum", x, dims_mask("sum", dims, x.shape()), keepdim);
 }
 
-Tensor mean(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+Tensor mean(const Tensor& x, DimList dims, bool keepdim) {
   NvtxRange range("mean");
   require_defined("mean", x);
   if (!is_floating_point(x.dtype()))
@@ -242,13 +242,13 @@ Tensor min(const Tensor& x) {
   return extreme("min", ReduceOp::min, x, dims_mask("min", {}, x.shape()), false);
 }
 
-Tensor amax(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+Tensor amax(const Tensor& x, DimList dims, bool keepdim) {
   NvtxRange range("amax");
   require_defined("amax", x);
   return extreme("amax", ReduceOp::max, x, dims_mask("amax", dims, x.shape()), keepdim);
 }
 
-Tensor amin(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+Tensor amin(const Tensor& x, DimList dims, bool keepdim) {
   NvtxRange range("amin");
   require_defined("amin", x);
   return extreme("amin", ReduceOp::min, x, dims_mask("amin", dims, x.shape()), keepdim);
@@ -281,7 +281,7 @@ Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
   return extreme_dim("argmin", ReduceOp::min, x, dim, keepdim).indices;
 }
 
-Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
+Tensor var(const Tensor& x, DimList dims, double correction, bool keepdim) {
   NvtxRange range("var");
   require_defined("var", x);
   require_floating("var", x);
@@ -303,7 +303,7 @@ Tensor var(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
   return out;
 }
 
-Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, bool keepdim) {
+Tensor std(const Tensor& x, DimList dims, double correction, bool keepdim) {
   NvtxRange range("std");
   require_defined("std", x);
   require_floating("std", x);
@@ -314,7 +314,7 @@ Tensor std(const Tensor& x, std::vector<std::int64_t> dims, double correction, b
   return where(zero, zeros_like(v), sqrt(where(zero, ones_like(v), v)));
 }
 
-Tensor logsumexp(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim) {
   NvtxRange range("logsumexp");
   require_defined("logsumexp", x);
   std::uint32_t mask = dims_mask("logsumexp", dims, x.shape());

@@ -5,6 +5,8 @@ module;
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "backend/stream_check.hpp"
 module brrr.tensor;
 import brrr.backend;
 
@@ -12,16 +14,23 @@ namespace brrr {
 
 namespace {
 
-// Contiguous, same-dtype tensors on both sides: bytes move by one memcpy.
+// Contiguous, same-dtype tensors on both sides: bytes move by one memcpy. Every transfer is
+// announced to the stream bookkeeping (backend::note_access) on the stream that runs it.
 void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
   std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;
   Device dd = dst.device(), sd = src.device();
+  const char* op = "Tensor::copy_";
   if (dd.is_cpu() && sd.is_cpu()) {
+    // Host memory: pinned source or destination may still be under an async copy.
+    backend::wait_host_pending(src.storage(), op);
+    backend::wait_host_pending(dst.storage(), op);
     std::memcpy(dst.data_ptr(), src.data_ptr(), bytes);
   } else if (dd.is_cuda() && sd.is_cpu()) {
+    auto stream = backend::current_stream(dd.index());
+    backend::note_access(*stream, backend::tracked(dst, op), stream_check::AccessKind::write);
+    backend::note_access(*stream, backend::tracked(src, op), stream_check::AccessKind::read);
     if (src.is_pinned()) {
-      auto stream = backend::current_stream(dd.index());
       backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::host_to_device, stream);
       backend::record_pinned_use(src.storage(), stream);
       // A blocking copy was asked for: wait for it, as PyTorch's non_blocking=false does.
@@ -32,17 +41,32 @@ void copy_bytes(const Tensor& dst, const Tensor& src, bool non_blocking) {
     }
   } else if (dd.is_cpu() && sd.is_cuda()) {
     if (dst.is_pinned() && non_blocking) {
+      // A copy to host memory waits for the streams that wrote the source, like a host read;
+      // the host then waits for the copy before it reads the destination (wait_host_pending).
       auto stream = backend::current_stream(sd.index());
+      backend::order_after_writers(src.storage(), stream);
+      backend::note_access(*stream, backend::tracked(dst, op), stream_check::AccessKind::write);
+      backend::note_access(*stream, backend::tracked(src, op), stream_check::AccessKind::read);
       backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::device_to_host, stream);
       backend::record_pinned_use(dst.storage(), stream);
+      backend::note_host_pending(dst.storage(), stream);
     } else {
-      backend::copy_device_to_host(dst.data_ptr(), src.data_ptr(), bytes, sd.index(),
-                                   "Tensor::copy_ (device to host)");
+      backend::wait_host_pending(dst.storage(), op);
+      backend::copy_device_to_host(dst.data_ptr(), src, bytes, "Tensor::copy_ (device to host)");
     }
   } else {
-    // device to device (peer copies go through unified addressing)
+    // Device to device (peer copies go through unified addressing), on the destination's
+    // current stream. Between two devices the copy is ordered after the source's current
+    // stream and its writers, and the source's current stream after the copy, as in
+    // PyTorch: the source may be freed to its stream's pool right after.
     auto stream = backend::current_stream(dd.index());
+    backend::order_after_writers(src.storage(), stream);
+    backend::StreamPtr src_stream = dd == sd ? nullptr : backend::current_stream(sd.index());
+    if (src_stream) backend::wait_stream(*stream, *src_stream);
+    backend::note_access(*stream, backend::tracked(dst, op), stream_check::AccessKind::write);
+    backend::note_access(*stream, backend::tracked(src, op), stream_check::AccessKind::read);
     backend::memcpy_async(dst.data_ptr(), src.data_ptr(), bytes, backend::CopyKind::device_to_device, stream);
+    if (src_stream) backend::wait_stream(*src_stream, *stream);
   }
 }
 
@@ -98,6 +122,8 @@ Tensor& Tensor::copy_(const Tensor& src_in, CopyOptions options) {
     }
   } else {
     // Device to host: convert and compact on the device, then one transfer of numel elements.
+    // A copy to the host is a host read: ordered after every stream that wrote the source.
+    backend::order_after_writers(src.storage(), backend::current_stream(sd.index()));
     Tensor staged = src.to(dtype()).contiguous();
     if (is_contiguous()) {
       copy_bytes(*this, staged, options.non_blocking);

@@ -6,6 +6,7 @@ module;
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
@@ -13,9 +14,11 @@ module;
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "backend/contract.hpp"  // DType, itemsize, is_floating_point
+#include "tensor/methods.hpp"    // BRRR_TENSOR_METHODS: the op methods of Tensor
 export module brrr.tensor:core;
 
 export namespace brrr {
@@ -35,7 +38,9 @@ enum class ErrorKind : std::uint8_t {
   cuda,        ///< a CUDA/cuBLAS/cuRAND call failed (message names call and file:line)
   out_of_memory,
   sync,        ///< a host-device synchronisation refused by SyncPolicy::error
+  stream,      ///< an unordered cross-stream access found by cuda::set_stream_check(true)
   autograd,    ///< backward through a modified tensor, no grad_fn, ...
+  distributed, ///< ranks: rendezvous, store, a collective's timeout, a dead or mismatched rank, NCCL/Gloo
 };
 
 /// Returns the kind's name, e.g. "shape".
@@ -44,6 +49,15 @@ const char* to_string(ErrorKind kind);
 class Tensor;
 /// Sizes (or strides) of a tensor, one entry per dimension.
 using Shape = std::vector<std::int64_t>;
+
+/// The dims an op reduces over, as LibTorch's IntArrayRef takes them: one dim (`sum(x, 1)`),
+/// a braced list (`sum(x, {0, 1})`), a vector, or `{}` (every dim, where the op allows it).
+struct DimList : std::vector<std::int64_t> {
+  DimList() = default;
+  DimList(std::int64_t dim) : std::vector<std::int64_t>{dim} {}
+  DimList(std::initializer_list<std::int64_t> dims) : std::vector<std::int64_t>(dims) {}
+  DimList(std::vector<std::int64_t> dims) : std::vector<std::int64_t>(std::move(dims)) {}
+};
 
 /// The one exception type brrr throws. what() names the op and the offending shapes, dtypes
 /// and devices, e.g. "view: shape [2, 3] is invalid for input of size 5". The recurring
@@ -188,8 +202,11 @@ std::int64_t checked_numel(const Shape& sizes, const char* op);
 class Storage {
 public:
   Storage() = default;
-  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory).
-  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false);
+  /// Adopts `data` (nbytes on device; `pinned`: page-locked host memory). `log` (internal):
+  /// the stream record the allocator keeps for these bytes (brrr's CUDA and pinned
+  /// allocators), valid while `data` is.
+  Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned = false,
+          stream_check::AccessLog* log = nullptr);
   /// Allocates `nbytes` on `device` (pinned host memory when `pinned`). Uninitialised.
   /// CUDA allocations are stream-ordered on the device's current stream.
   static Storage allocate(std::size_t nbytes, Device device, bool pinned = false);
@@ -205,6 +222,9 @@ public:
   /// Number of handles (tensors/views) sharing these bytes.
   long use_count() const { return impl_.use_count(); }
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
+  /// Internal (the CUDA runtime's): the streams that wrote and read these bytes
+  /// (cuda/stream_order.cpp); nullptr for an undefined Storage and for CPU heap memory.
+  stream_check::AccessLog* access_log() const;
 
 private:
   struct Impl;
@@ -238,7 +258,9 @@ struct CopyOptions {
 // ---------------------------------------------------------------------------------------
 
 namespace autograd {
-class Node;  // brrr.tensor:graph
+class Node;             // brrr.tensor:graph
+class RemovableHandle;  // brrr.tensor:graph
+struct HookList;        // brrr.tensor:graph
 }
 struct TensorInternals;  // implementation units' access to Tensor's state
 // What the op shortcuts below call (x.sum() -> TensorMethods::sum(x)), defined by brrr.ops in
@@ -273,6 +295,11 @@ public:
   static Tensor from_vector(const std::vector<std::int64_t>& values, Shape shape);
   static Tensor from_vector(const std::vector<bool>& values);
   static Tensor from_vector(const std::vector<bool>& values, Shape shape);
+  /// A braced list of one element type: from_vector({1.f, 2.f}) is f32, {1.0, 2.0} f64, {1, 2}
+  /// i32 (the dtype of the C++ type, dtype_of<T>; see tensor() for PyTorch's inference).
+  template <class T> static Tensor from_vector(std::initializer_list<T> values, Shape shape = {}) {
+    return from_vector(std::vector<T>(values), std::move(shape));
+  }
 
   // --- metadata (host only) ---
   bool defined() const { return impl_ != nullptr; }
@@ -357,9 +384,13 @@ public:
   /// double f64, bfloat16, half, int32_t, int64_t, bool); else Error(dtype). A sync point on
   /// CUDA: copies only numel elements (made contiguous on the device first).
   template <class T> std::vector<T> to_host() const;
-  /// The single element's value (numel must be 1, else Error(shape)); T as in to_host. A sync
-  /// point on CUDA.
+  /// The single element's value (numel must be 1, else Error(shape)) converted to T (float,
+  /// double, bfloat16, half, int32_t, int64_t, bool) from any dtype, as PyTorch's item():
+  /// floats to integers truncate toward zero, a value outside T's range (NaN, inf included)
+  /// is Error(value), anything to bool is x != 0. A sync point on CUDA.
   template <class T> T item() const;
+  /// item() without conversion: T must match dtype() exactly (as to_host), else Error(dtype).
+  template <class T> T item_exact() const;
 
   // --- autograd ---
   /// True for leaves marked requires_grad and for results of ops recorded in a graph.
@@ -392,15 +423,69 @@ public:
   void set_data(const Tensor& other) const;
   /// For op implementations: makes this tensor output `output_nr` of `fn`.
   void set_grad_fn(std::shared_ptr<autograd::Node> fn, std::uint32_t output_nr = 0) const;
+  /// A gradient hook (PyTorch's register_hook): during backward, fn(grad) runs on the gradient
+  /// with respect to this tensor (summed over its uses) before it is accumulated into a leaf's
+  /// grad() or passed on to the op that made it; a defined result replaces the gradient
+  /// (shape must match). Hooks run in registration order. Error(autograd) unless this tensor
+  /// requires grad.
+  autograd::RemovableHandle register_hook(std::function<Tensor(const Tensor&)> fn) const;
+  /// Leaves only: fn(leaf) runs each time backward has accumulated a gradient into grad()
+  /// (PyTorch's register_post_accumulate_grad_hook; DDP starts its bucket all-reduces here).
+  /// Error(autograd) for a non-leaf or a leaf that does not require grad.
+  autograd::RemovableHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  /// Makes backward keep this non-leaf's gradient in grad() (accumulated like a leaf's); a
+  /// no-op for leaves. Error(autograd) unless it requires grad.
+  void retain_grad() const;
+  /// True for leaves that require grad and for non-leaves after retain_grad().
+  bool retains_grad() const;
 
-  // --- shortcuts for ops (LibTorch's spelling) ---
-  // x.sum() is brrr::sum(x). They are templates over TensorMethods (defined by brrr.ops), so
-  // the call is resolved where it is written, in code that imports brrr.ops (`import brrr;`
-  // does): brrr.tensor itself does not depend on the op layer.
-  /// Sum of all elements: [..] -> [] (integers and bool sum to i64).
-  template <class Ops = TensorMethods> [[nodiscard]] Tensor sum() const { return Ops::sum(*this); }
-  /// Mean of all elements (floating dtypes).
-  template <class Ops = TensorMethods> [[nodiscard]] Tensor mean() const { return Ops::mean(*this); }
+  /// x[i] is select(0, i) (LibTorch's x[i]): [A, B, ...] -> [B, ...], a view.
+  [[nodiscard]] Tensor operator[](std::int64_t index) const { return select(0, index); }
+
+  // --- op methods (LibTorch's spelling) ---
+  // x.pow(2) is brrr::pow(x, 2), for every entry of BRRR_TENSOR_METHODS (tensor/methods.hpp):
+  // see the free functions' documentation in modules/ops.cppm. They are templates over
+  // TensorMethods (defined by brrr.ops), so the call is resolved where it is written, in code
+  // that imports brrr.ops (`import brrr;` does): brrr.tensor itself does not depend on the
+  // op layer.
+#define BRRR_TENSOR_METHOD(name, params, args)                    \
+  template <class Ops = TensorMethods> auto name params const { \
+    const Tensor& self = *this;                                   \
+    return Ops::name BRRR_METHOD_SELF_ARGS args;                  \
+  }
+#define BRRR_TENSOR_PURE_METHOD(name, params, args)                             \
+  template <class Ops = TensorMethods> [[nodiscard]] auto name params const { \
+    const Tensor& self = *this;                                                 \
+    return Ops::name BRRR_METHOD_SELF_ARGS args;                                \
+  }
+  BRRR_TENSOR_METHODS(BRRR_TENSOR_PURE_METHOD, typename Ops::Scalar)
+  BRRR_TENSOR_INPLACE_METHODS(BRRR_TENSOR_METHOD, typename Ops::Scalar)
+#undef BRRR_TENSOR_PURE_METHOD
+#undef BRRR_TENSOR_METHOD
+
+  /// LibTorch's indexing: x.index({Slice(0, 8), 2, None, Ellipsis, idx, mask}) and x[idx]
+  /// (brrr::index, modules/ops.cppm).
+  template <class Ops = TensorMethods>
+  [[nodiscard]] Tensor index(std::initializer_list<typename Ops::TensorIndex> indices) const {
+    return Ops::index(*this, indices);
+  }
+  template <class Ops = TensorMethods>
+  [[nodiscard]] Tensor index(const std::vector<typename Ops::TensorIndex>& indices) const {
+    return Ops::index(*this, indices);
+  }
+  template <class Ops = TensorMethods> [[nodiscard]] Tensor operator[](const Tensor& index) const {
+    return Ops::index(*this, {index});
+  }
+  /// x.index_put_({...}, values): brrr::index_put_ (in place; returns *this).
+  template <class Ops = TensorMethods>
+  Tensor index_put_(std::initializer_list<typename Ops::TensorIndex> indices, const Tensor& values,
+                    bool accumulate = false) const {
+    return Ops::index_put_(*this, indices, values, accumulate);
+  }
+  template <class Ops = TensorMethods>
+  Tensor index_put_(std::initializer_list<typename Ops::TensorIndex> indices, typename Ops::Scalar value) const {
+    return Ops::index_put_(*this, indices, value);
+  }
 
 private:
   friend struct TensorInternals;
@@ -476,6 +561,40 @@ private:
 // no host round trip.
 // ---------------------------------------------------------------------------------------
 
+/// A number or a nested braced list of numbers, what tensor() takes (LibTorch's
+/// TensorDataContainer): 1.5, {1, 2, 3}, {{1.f, 2.f}, {3.f, 4.f}}, or a std::vector of numbers.
+class TensorData {
+public:
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  TensorData(T value)
+      : kind_(std::is_same_v<T, bool> ? Kind::boolean : std::is_integral_v<T> ? Kind::integer : Kind::floating),
+        real_(static_cast<double>(value)), integer_(std::is_integral_v<T> ? static_cast<std::int64_t>(value) : 0) {}
+  TensorData(std::initializer_list<TensorData> list) : kind_(Kind::list), list_(list) {}
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  TensorData(const std::vector<T>& values) : kind_(Kind::list), list_(values.begin(), values.end()) {}
+
+  enum class Kind : std::uint8_t { boolean, integer, floating, list };
+  Kind kind() const { return kind_; }
+  double real() const { return real_; }
+  std::int64_t integer() const { return integer_; }
+  const std::vector<TensorData>& list() const { return list_; }
+
+private:
+  Kind kind_;
+  double real_ = 0;
+  std::int64_t integer_ = 0;
+  std::vector<TensorData> list_;
+};
+
+/// A tensor from a literal, as LibTorch's torch::tensor: tensor(2.5) is 0-d, tensor({1, 2, 3})
+/// 1-D, tensor({{1, 2}, {3, 4}}) 2-D. Without options.dtype: f32 if any number is floating,
+/// else i64 for integers, bool for bools only (PyTorch's inference). Nested lists must be
+/// regular (Error(shape) naming the ragged level). Made on the CPU, then moved to
+/// options.device.
+[[nodiscard]] Tensor tensor(const TensorData& data, TensorOptions options = {});
+
 /// Uninitialised memory.
 [[nodiscard]] Tensor empty(Shape shape, TensorOptions options = {});
 [[nodiscard]] Tensor zeros(Shape shape, TensorOptions options = {});
@@ -528,6 +647,7 @@ struct Storage::Impl {
   Device device;
   bool pinned = false;
   mutable std::uint64_t version = 0;
+  stream_check::AccessLog* log = nullptr;  // in the allocator's block (see access_log())
 };
 
 struct Tensor::Impl {
@@ -540,6 +660,8 @@ struct Tensor::Impl {
   std::shared_ptr<autograd::Node> grad_fn;
   std::uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> accumulator;  // a leaf's AccumulateGrad, made on demand
+  std::shared_ptr<autograd::HookList> hooks;  // a leaf's hooks (register_hook and friends)
+  bool retains_grad = false;                  // a non-leaf whose gradient is kept (retain_grad)
 };
 
 // The backward rules of the views, recorded by tensor/views.cpp and tensor/convert.cpp

@@ -1,7 +1,10 @@
-// Error, its constructors of the recurring kinds, and the one number formatter of messages.
+// Error, its constructors of the recurring kinds, the one number formatter of messages, and
+// the terminate handler that makes an uncaught Error readable.
 module;
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -21,11 +24,43 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::out_of_memory: return "out_of_memory";
     case ErrorKind::sync: return "sync";
     case ErrorKind::autograd: return "autograd";
+    case ErrorKind::stream: return "stream";
+    case ErrorKind::distributed: return "distributed";
   }
   return "?";
 }
 
 Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+
+namespace {
+// An uncaught brrr::Error would otherwise be reported by libstdc++'s handler under its
+// mangled module-attached name (N4brrrW4brrrW6tensor5ErrorE): print its kind and message,
+// then abort as std::terminate does. Other exceptions go to the previous handler. Installed
+// by this unit's static initialisation (every program that can throw an Error links it); a
+// handler the program sets later replaces it.
+std::terminate_handler previous_handler = nullptr;
+
+[[noreturn]] void report_uncaught() {
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      std::fprintf(stderr, "terminate called after throwing a brrr::Error (kind %s):\n  %s\n",
+                   to_string(error.kind()), error.what());
+      std::fflush(stderr);
+      std::abort();
+    } catch (...) {
+    }
+  }
+  if (previous_handler) previous_handler();
+  std::abort();
+}
+
+const bool terminate_handler_installed = [] {
+  previous_handler = std::set_terminate(report_uncaught);
+  return true;
+}();
+}  // namespace
 
 Error Error::dim_out_of_range(std::string_view op, std::int64_t dim, std::int64_t ndim, const Shape& shape) {
   const std::int64_t n = ndim == 0 ? 1 : ndim;  // a 0-d tensor accepts dim 0 / -1, as in PyTorch

@@ -5,6 +5,7 @@ module;
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 module brrr.tensor;
 import brrr.backend;
 
@@ -103,5 +104,64 @@ Tensor wrapped_number(double value, DType dtype) {
 }
 
 bool is_wrapped_number(const Tensor& t) { return t.defined() && TensorInternals::impl(t).wrapped_number; }
+
+namespace {
+// Walks a literal: its shape (checked regular), its numbers in row-major order, and the
+// kinds of numbers seen.
+struct Literal {
+  Shape shape;
+  std::vector<double> reals;
+  std::vector<std::int64_t> integers;
+  bool any_floating = false, any_integer = false;
+};
+
+void walk(const TensorData& d, std::size_t depth, Literal& out, bool& shape_known) {
+  using Kind = TensorData::Kind;
+  if (d.kind() != Kind::list) {
+    if (shape_known && depth != out.shape.size())
+      throw Error(ErrorKind::shape, "tensor: a number at depth " + std::to_string(depth) + " of a literal whose " +
+                                        "shape is " + to_string(out.shape) + " (nested lists must be regular)");
+    if (!shape_known) {
+      out.shape.resize(depth);
+      shape_known = true;
+    }
+    out.any_floating = out.any_floating || d.kind() == Kind::floating;
+    out.any_integer = out.any_integer || d.kind() == Kind::integer;
+    out.reals.push_back(d.real());
+    out.integers.push_back(d.kind() == Kind::floating ? 0 : d.integer());
+    return;
+  }
+  const auto n = static_cast<std::int64_t>(d.list().size());
+  if (!shape_known) {
+    if (out.shape.size() <= depth) out.shape.resize(depth + 1);
+    out.shape[depth] = n;
+    if (n == 0) {
+      out.shape.resize(depth + 1);
+      shape_known = true;
+    }
+  } else if (depth >= out.shape.size() || out.shape[depth] != n) {
+    throw Error(ErrorKind::shape, "tensor: a list of " + std::to_string(n) + " at depth " + std::to_string(depth) +
+                                      " of a literal whose shape is " + to_string(out.shape) +
+                                      " (nested lists must be regular)");
+  }
+  for (const TensorData& e : d.list()) walk(e, depth + 1, out, shape_known);
+}
+}  // namespace
+
+Tensor tensor(const TensorData& data, TensorOptions options) {
+  Literal lit;
+  bool shape_known = false;
+  walk(data, 0, lit, shape_known);
+  DType inferred = lit.any_floating ? DType::f32 : lit.any_integer ? DType::i64 : DType::boolean;
+  if (lit.reals.empty()) inferred = DType::f32;  // tensor({}): torch.tensor([]) is float
+  DType dtype = options.dtype.value_or(inferred);
+  Tensor host = lit.any_floating || is_floating_point(dtype)
+                    ? Tensor::from_vector(lit.reals, lit.shape)
+                    : Tensor::from_vector(lit.integers, lit.shape);
+  if (lit.shape.empty()) host = host.reshape({});
+  Tensor out = host.to(dtype).to(options.device);
+  if (options.requires_grad) out.requires_grad_(true);
+  return out;
+}
 
 }  // namespace brrr

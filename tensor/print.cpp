@@ -9,6 +9,7 @@ module;
 #include <string>
 #include <vector>
 module brrr.tensor;
+import brrr.backend;
 
 namespace brrr {
 
@@ -84,7 +85,9 @@ void print_dim(std::ostream& os, const Shape& sizes, bool summarise, const std::
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  // Read everything back once, as f64 on the host (exact for every dtype but huge i64).
+  // Read everything back once, as f64 on the host (exact for every dtype but huge i64). The
+  // conversion runs on the current stream: first ordered after the streams that wrote t.
+  if (t.device().is_cuda()) backend::order_after_writers(t.storage(), backend::current_stream(t.device().index()));
   std::vector<double> values = t.to(DType::f64).to(Device::cpu()).to_host<double>();
   const Shape& sizes = t.shape();
   bool summarise = t.numel() > summarise_above;

@@ -1,19 +1,25 @@
 module;
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <new>
 #include <string>
+
+#include "backend/stream_check.hpp"
 module brrr.tensor;
 import brrr.backend;
 
 namespace brrr {
 
-Storage::Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned)
+Storage::Storage(std::shared_ptr<void> data, std::size_t nbytes, Device device, bool pinned,
+                 stream_check::AccessLog* log)
     : impl_(std::make_shared<Impl>()) {
   impl_->data = std::move(data);
   impl_->nbytes = nbytes;
   impl_->device = device;
   impl_->pinned = pinned;
+  impl_->log = log;
 }
 
 Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
@@ -21,6 +27,16 @@ Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
     throw Error(ErrorKind::device, "Storage::allocate: pinned memory is host memory, not " + device.str());
   switch (device.type()) {
     case DeviceType::cpu: {
+      // Without a CUDA device pinned memory has no use: warn once and give pageable memory
+      // (PyTorch's DataLoader does the same with pin_memory=True), so portable code needs no
+      // branch. is_pinned() tells which one was given.
+      if (pinned && backend::device_count() == 0) {
+        static std::atomic<bool> warned{false};
+        if (!warned.exchange(true))
+          std::fprintf(stderr, "brrr: warning: pinned = true but no CUDA device is available; using pageable "
+                               "host memory instead (this warning is shown once)\n");
+        pinned = false;
+      }
       if (pinned) return backend::allocate_pinned(nbytes);
       // 64-byte aligned so that Eigen and vector loads never see a misaligned base.
       std::size_t rounded = (nbytes + 63) / 64 * 64;
@@ -35,6 +51,8 @@ Storage Storage::allocate(std::size_t nbytes, Device device, bool pinned) {
   }
   throw Error(ErrorKind::device, "Storage::allocate: unknown device");
 }
+
+stream_check::AccessLog* Storage::access_log() const { return impl_ ? impl_->log : nullptr; }
 
 void* Storage::data() const { return impl_ ? impl_->data.get() : nullptr; }
 std::size_t Storage::nbytes() const { return impl_ ? impl_->nbytes : 0; }

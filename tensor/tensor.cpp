@@ -2,8 +2,10 @@
 module;
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 module brrr.tensor;
@@ -127,17 +129,22 @@ template <class T> std::vector<T> Tensor::to_host() const {
                                       ">: the tensor is " + describe(*this) + "; convert with to(DType::" +
                                       to_string(dtype_of<T>::value) + ") or call to_host<" + to_string(i.dtype) +
                                       ">");
+  // A host read sees finished data whatever the current stream: the stream that compacts
+  // and copies first waits for every stream that wrote the tensor.
+  if (device().is_cuda() && !is_contiguous())
+    backend::order_after_writers(i.storage, backend::current_stream(device().index()));
   // Contiguous on its own device first, so that exactly numel elements cross the bus.
   Tensor c = contiguous();
   std::size_t n = static_cast<std::size_t>(c.numel());
   using Elem = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
   std::vector<Elem> out(n);
   if (n) {
-    if (c.device().is_cpu())
+    if (c.device().is_cpu()) {
+      backend::wait_host_pending(c.storage(), "Tensor::to_host");
       std::memcpy(out.data(), c.data_ptr(), n * sizeof(Elem));
-    else
-      backend::copy_device_to_host(out.data(), c.data_ptr(), n * sizeof(Elem), c.device().index(),
-                                   "Tensor::to_host");
+    } else {
+      backend::copy_device_to_host(out.data(), c, n * sizeof(Elem), "Tensor::to_host");
+    }
   }
   if constexpr (std::is_same_v<T, bool>)
     return std::vector<bool>(out.begin(), out.end());
@@ -145,21 +152,74 @@ template <class T> std::vector<T> Tensor::to_host() const {
     return out;
 }
 
-template <class T> T Tensor::item() const {
-  const Impl& i = checked("item");
+template <class T> T Tensor::item_exact() const {
+  const Impl& i = checked("item_exact");
   if (i.layout.numel() != 1)
     throw Error(ErrorKind::shape, "item: needs exactly one element, the tensor is " + describe(*this) +
                                       " (" + std::to_string(i.layout.numel()) + " elements)");
   if (i.dtype != dtype_of<T>::value)
-    throw Error(ErrorKind::dtype, std::string("item<") + to_string(dtype_of<T>::value) +
-                                      ">: the tensor is " + describe(*this));
+    throw Error(ErrorKind::dtype, std::string("item_exact<") + to_string(dtype_of<T>::value) +
+                                      ">: the tensor is " + describe(*this) + " (item<T>() converts)");
   using Elem = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
   Elem value{};
-  if (device().is_cpu())
+  if (device().is_cpu()) {
+    backend::wait_host_pending(i.storage, "Tensor::item");
     std::memcpy(&value, data_ptr(), sizeof(Elem));
-  else
-    backend::copy_device_to_host(&value, data_ptr(), sizeof(Elem), device().index(), "Tensor::item");
+  } else {
+    // Waits for the stream that computed the value, whatever the current stream.
+    backend::copy_device_to_host(&value, *this, sizeof(Elem), "Tensor::item");
+  }
   return static_cast<T>(value);
+}
+
+namespace {
+// The single element of t widened without loss: a double for floating dtypes, an int64 for
+// integers and bool.
+struct Widened {
+  bool floating;
+  double f;
+  std::int64_t i;
+};
+Widened widened_item(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::f32: return {true, t.item_exact<float>(), 0};
+    case DType::f64: return {true, t.item_exact<double>(), 0};
+    case DType::bf16: return {true, static_cast<float>(t.item_exact<bfloat16>()), 0};
+    case DType::f16: return {true, static_cast<float>(t.item_exact<half>()), 0};
+    case DType::i32: return {false, 0, t.item_exact<std::int32_t>()};
+    case DType::i64: return {false, 0, t.item_exact<std::int64_t>()};
+    case DType::boolean: return {false, 0, t.item_exact<bool>() ? 1 : 0};
+  }
+  return {};
+}
+}  // namespace
+
+template <class T> T Tensor::item() const {
+  checked("item");
+  Widened w = widened_item(*this);
+  if constexpr (std::is_same_v<T, bool>) {
+    return w.floating ? w.f != 0 : w.i != 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    constexpr auto lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+    auto overflow = [&](const std::string& value) {
+      return Error(ErrorKind::value, "item<" + std::string(to_string(dtype_of<T>::value)) + ">: value " + value +
+                                         " of " + describe(*this) + " cannot be converted without overflow");
+    };
+    if (w.floating) {
+      // Truncates toward zero, as static_cast and PyTorch's int(x.item()); a value outside T
+      // (NaN and infinities included) is an error, not undefined behaviour.
+      if (!(w.f > static_cast<double>(lo) - 1.0 && w.f < static_cast<double>(hi) + 1.0)) throw overflow(number_text(w.f));
+      return static_cast<T>(w.f);
+    }
+    if (w.i < static_cast<std::int64_t>(lo) || w.i > static_cast<std::int64_t>(hi)) throw overflow(std::to_string(w.i));
+    return static_cast<T>(w.i);
+  } else {
+    double v = w.floating ? w.f : static_cast<double>(w.i);
+    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
+      return T(static_cast<float>(v));
+    else
+      return static_cast<T>(v);
+  }
 }
 
 template std::vector<float> Tensor::to_host<float>() const;
@@ -176,5 +236,12 @@ template half Tensor::item<half>() const;
 template std::int32_t Tensor::item<std::int32_t>() const;
 template std::int64_t Tensor::item<std::int64_t>() const;
 template bool Tensor::item<bool>() const;
+template float Tensor::item_exact<float>() const;
+template double Tensor::item_exact<double>() const;
+template bfloat16 Tensor::item_exact<bfloat16>() const;
+template half Tensor::item_exact<half>() const;
+template std::int32_t Tensor::item_exact<std::int32_t>() const;
+template std::int64_t Tensor::item_exact<std::int64_t>() const;
+template bool Tensor::item_exact<bool>() const;
 
 }  // namespace brrr

@@ -12,6 +12,7 @@
 // of copy + compute; the speedup is at most 2x (when both are equal).
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -35,7 +36,18 @@ template <class Loop> static std::pair<double, double> measure(Device dev, Loop&
   return {wall, cuda::Event::elapsed_ms(start, end)};
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // --stream-check: the same program under cuda::set_stream_check(true), as a test that the
+  // pattern is ordered correctly (exits 77, "skipped", without a CUDA device).
+  bool checked = argc > 1 && std::strcmp(argv[1], "--stream-check") == 0;
+  if (checked && !cuda::is_available()) {
+    std::printf("concept_two_streams --stream-check: no CUDA device, skipped\n");
+    return 77;
+  }
+  if (checked) {
+    cuda::set_stream_check(true);
+    std::printf("stream check: on\n");
+  }
   if (!cuda::is_available()) {
     std::printf(
         "concept_two_streams: no CUDA device here, so nothing to measure.\n"

@@ -14,6 +14,7 @@ module;
 
 #include "ops/random_transform.hpp"
 #include "backend/contract.hpp"
+#include "backend/stream_check.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -36,15 +37,39 @@ Operand operand(const Tensor& t, const char* op) {
     o.sizes[i] = t.shape()[i];
     o.strides[i] = t.strides()[i];
   }
+  o.log = t.storage().access_log();
+  o.op = op;
+  // A CPU kernel is a host access: never under an async copy into pinned memory.
+  if (o.device < 0 && o.log && o.log->host_pending()) wait_host_pending(t.storage(), op);
   return o;
 }
 }  // namespace
 
-// Every kernel launch's tensors pass here, read vs write: the hook for a stream checker.
-Operand input(const Tensor& t, const char* op) { return operand(t, op); }
-Operand output(const Tensor& t, const char* op) { return operand(t, op); }
-const void* input_data(const Tensor& t, const char*) { return t.data_ptr(); }
-void* output_data(const Tensor& t, const char*) { return t.data_ptr(); }
+// Every kernel launch's tensors pass here, read vs write: CUDA tensors are announced to the
+// stream bookkeeping on the stream the launch will use, the device's current one.
+namespace {
+void announce(const Operand& o, stream_check::AccessKind kind) {
+  if (o.device >= 0) note_access(current_stream_state(o.device), o, kind);
+}
+}  // namespace
+Operand input(const Tensor& t, const char* op) {
+  Operand o = operand(t, op);
+  announce(o, stream_check::AccessKind::read);
+  return o;
+}
+Operand output(const Tensor& t, const char* op) {
+  Operand o = operand(t, op);
+  announce(o, stream_check::AccessKind::write);
+  return o;
+}
+const void* input_data(const Tensor& t, const char* op) {
+  announce(tracked(t, op), stream_check::AccessKind::read);
+  return t.data_ptr();
+}
+void* output_data(const Tensor& t, const char* op) {
+  announce(tracked(t, op), stream_check::AccessKind::write);
+  return t.data_ptr();
+}
 
 void CpuBackend::fill(const Operand& out, double value) {
   dispatch(out.dtype, [&]<class T>(T*) {

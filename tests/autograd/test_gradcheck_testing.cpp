@@ -142,11 +142,8 @@ TEST_CASE("gradcheck refuses what it cannot check") {
 }
 
 TEST_CASE("gradcheck does not move the global generator") {
-  std::uint64_t seed = 0;
-  {
-    std::random_device rd;
-    seed = rd();
-  }
+  const std::uint64_t seed = test::fresh_seed();
+  INFO("seed = ", seed, " (replay with BRRR_TEST_SEED)");
   manual_seed(seed);
   Tensor a = randn({6});
   manual_seed(seed);

@@ -2,6 +2,10 @@
 // record_stream across streams, out-of-memory errors.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,12 +13,14 @@
 #include "tests/gpu/gpu_helpers.hpp"
 import brrr;
 
+#include "tests/tensor/helpers.hpp"
+
 using namespace brrr;
 using gpu_test::StreamGate;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 constexpr std::uint64_t MiB = 1 << 20;
 

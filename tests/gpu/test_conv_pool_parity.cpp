@@ -20,6 +20,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -28,17 +29,9 @@ namespace {
 
 using A2 = std::array<std::int64_t, 2>;
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
-testing::CloseOptions tol(DType d) {
-  switch (d) {
-    case DType::f64: return {.rtol = 1e-11, .atol = 1e-11};
-    case DType::f32: return {.rtol = 1e-4, .atol = 1e-4};
-    case DType::bf16: return {.rtol = 3e-2, .atol = 3e-2};
-    default: break;
-  }
-  return {};
-}
+testing::CloseOptions tol(DType d) { return test::close_options(test::Computed::conv_parity, d); }
 
 Tensor cpu_randn(Shape shape, DType dtype) { return randn(std::move(shape), {.dtype = DType::f64}).to(dtype); }
 

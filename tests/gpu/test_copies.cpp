@@ -2,6 +2,10 @@
 // device against the CPU reference, non-contiguous views, pinned asynchronous transfers.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -11,12 +15,14 @@
 #include "tests/gpu/gpu_helpers.hpp"
 import brrr;
 
+#include "tests/tensor/helpers.hpp"
+
 using namespace brrr;
 using gpu_test::StreamGate;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 const std::vector<DType> all_dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::boolean};

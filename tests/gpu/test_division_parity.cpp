@@ -23,7 +23,7 @@ namespace {
 
 using V = std::vector<double>;
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 V host_values(const Tensor& t) { return t.to(Device::cpu()).to(DType::f64).contiguous().to_host<double>(); }
 

@@ -33,7 +33,7 @@ using edge::V;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 const Device cpu = Device::cpu();
 
 /// Frees NaN-filled blocks of several size classes, so the caching allocator hands out

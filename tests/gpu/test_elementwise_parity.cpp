@@ -25,6 +25,7 @@ using namespace brrr;
 
 // StringMaker for vectors, toString for DType/ErrorKind, CHECK_BRRR_ERROR.
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 
 namespace {
 
@@ -35,7 +36,7 @@ using Bin = std::function<Tensor(const Tensor&, const Tensor&)>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 V host(const Tensor& t) { return t.to(DType::f64).to(Device::cpu()).to_host<double>(); }
 
@@ -123,15 +124,7 @@ Operand operand(const ViewCase& l, DType dtype, Domain d) {
 /// functions (CUDA's and glibc's f32 functions differ by an ulp or two, which can flip the
 /// final rounding to 16 bits).
 testing::CloseOptions tol_for(DType d, bool math) {
-  if (!math) return {};
-  switch (d) {
-    case DType::bf16: return {.rtol = 1.6e-2, .atol = 1e-3};
-    case DType::f16: return {.rtol = 2e-3, .atol = 1e-4};
-    case DType::f32: return {.rtol = 3e-6, .atol = 1e-5};
-    case DType::f64: return {.rtol = 1e-12, .atol = 1e-12};
-    case DType::i32: case DType::i64: case DType::boolean: return {};
-  }
-  return {};
+  return math ? test::close_options(test::Computed::math_parity, d) : testing::CloseOptions{};
 }
 
 struct UnaryCase {

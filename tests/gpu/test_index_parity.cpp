@@ -21,6 +21,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -30,7 +31,7 @@ namespace {
 using V = std::vector<double>;
 using Idx = std::vector<std::int64_t>;
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 Idx random_index(std::mt19937_64& rng, std::int64_t n, std::int64_t lo, std::int64_t hi) {
   std::uniform_int_distribution<std::int64_t> dist(lo, hi);
@@ -71,16 +72,7 @@ Tensor random_of(DType dt, const Shape& s) {
   return randn(s, {.dtype = dt});
 }
 
-testing::CloseOptions sum_tolerance(DType dt) {
-  switch (dt) {
-    case DType::bf16: return {.rtol = 5e-2, .atol = 5e-2};
-    case DType::f16: return {.rtol = 5e-3, .atol = 5e-3};
-    case DType::f32: return {.rtol = 1e-5, .atol = 1e-5};
-    case DType::f64: return {.rtol = 1e-12, .atol = 1e-12};
-    case DType::i32: case DType::i64: case DType::boolean: return {};
-  }
-  return {};
-}
+testing::CloseOptions sum_tolerance(DType dt) { return test::close_options(test::Computed::scatter, dt); }
 
 /// Bitwise equality of two tensors' values (read back as their own dtype).
 bool bit_equal(const Tensor& a, const Tensor& b) {

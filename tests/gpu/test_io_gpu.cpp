@@ -4,13 +4,21 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 import brrr;
 
+#include "tests/tensor/helpers.hpp"
+
 using namespace brrr;
+using test::gpu;
 
 namespace {
 
@@ -25,15 +33,14 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
 
 TEST_CASE("safetensors: CUDA tensors of every dtype and layout save and load back equal") {
   manual_seed(7);
-  const Device gpu = Device::cuda(0);
   io::TensorMap in;
   for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64,
                   DType::boolean}) {
     const std::string n = to_string(d);
-    Tensor base = d == DType::boolean ? randint(0, 2, {6, 5}, {.dtype = DType::i64, .device = gpu}).to(d)
-                  : is_floating_point(d) ? randn({6, 5}, {.device = gpu}).to(d)
-                                         : randint(-1000, 1000, {6, 5}, {.dtype = d, .device = gpu});
-    REQUIRE(base.device() == gpu);
+    Tensor base = d == DType::boolean ? randint(0, 2, {6, 5}, {.dtype = DType::i64, .device = gpu()}).to(d)
+                  : is_floating_point(d) ? randn({6, 5}, {.device = gpu()}).to(d)
+                                         : randint(-1000, 1000, {6, 5}, {.dtype = d, .device = gpu()});
+    REQUIRE(base.device() == gpu());
     in[n] = base;
     in[n + "_t"] = base.t();                    // non-contiguous on the device
     in[n + "_s"] = base.slice(0, 1, 6, 2);
@@ -55,7 +62,7 @@ TEST_CASE("safetensors: CUDA tensors of every dtype and layout save and load bac
     CHECK(got.shape() == t.shape());
     CHECK(bytes_of(got) == bytes_of(t));
     // And back on the device it equals the original there.
-    CHECK(bytes_of(got.to(gpu)) == bytes_of(t));
+    CHECK(bytes_of(got.to(gpu())) == bytes_of(t));
   }
   CHECK(io::safetensors_metadata(path).at("device") == "cuda");
   std::filesystem::remove_all(dir);

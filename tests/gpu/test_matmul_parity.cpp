@@ -18,6 +18,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 #include "tests/ops/matmul_reference.hpp"
 
 using namespace brrr;
@@ -27,7 +28,7 @@ namespace {
 
 using V = std::vector<double>;
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 /// Restores allow_tf32 when the scope ends.
 struct Tf32Guard {
@@ -120,23 +121,19 @@ const std::vector<ShapeCase> shape_cases = {
 
 const DType float_dtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
-double tolerance(DType d, bool tf32) {
-  switch (d) {
-    case DType::f64: return 1e-13;
-    case DType::f32: return tf32 ? 4e-3 : 4e-6;
-    case DType::bf16: return 1.6e-2;
-    case DType::f16: return 2e-3;
-    case DType::i32: case DType::i64: case DType::boolean: return 0;
-  }
-  return 0;
-}
+using test::Computed;
+using test::Tol;
 
-/// Largest excess of |got - want| over tol * scale (0 when within tolerance; NaN counts).
-double excess(const V& got, const V& want, const V& scale, double tol) {
+Tol tolerance(DType d, bool tf32) { return test::tolerance(tf32 ? Computed::gemm_tf32 : Computed::gemm_parity, d); }
+Tol twice(Tol t) { return {2 * t.rtol, 2 * t.atol}; }
+
+/// Largest excess of |got - want| over t.rtol * scale + t.atol (0 when within tolerance; NaN
+/// counts).
+double excess(const V& got, const V& want, const V& scale, Tol t) {
   double worst = 0;
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
-    double e = std::abs(got[i] - want[i]) - tol * scale[i] - 1e-300;
+    double e = std::abs(got[i] - want[i]) - t.rtol * scale[i] - t.atol - 1e-300;
     if (!(e <= 0)) worst = std::max(worst, std::isnan(e) ? 1e300 : e);
   }
   return worst;
@@ -151,17 +148,17 @@ void parity_case(DType dtype, const ShapeCase& c, Lay la, Lay lb, std::mt19937_6
   V av = values(a_cpu), bv = values(b_cpu);
   Ref want = ref_matmul(av, c.a, bv, c.b);
   Ref scale = ref_matmul(av, c.a, bv, c.b, true);
-  INFO("dtype ", to_string(dtype), " a ", to_string(c.a), " ", lay_name(la), " b ", to_string(c.b), " ",
-       lay_name(lb), " tf32 ", tf32);
+  INFO("dtype ", std::string(to_string(dtype)), " a ", to_string(c.a), " ", std::string(lay_name(la)), " b ",
+       to_string(c.b), " ", std::string(lay_name(lb)), " tf32 ", tf32);
   Tensor out = matmul(a, b);
   REQUIRE(out.shape() == want.shape);
   CHECK(out.device() == gpu());
   CHECK(out.dtype() == dtype);
   Tensor ref_cpu = matmul(a_cpu, b_cpu);
   V got = values(out), cpu = values(ref_cpu);
-  double tol = tolerance(dtype, tf32 && dtype == DType::f32);
+  const Tol tol = tolerance(dtype, tf32 && dtype == DType::f32);
   CHECK(excess(got, want.values, scale.values, tol) == 0);
-  CHECK(excess(got, cpu, scale.values, 2 * tol) == 0);
+  CHECK(excess(got, cpu, scale.values, twice(tol)) == 0);
 }
 
 }  // namespace
@@ -218,19 +215,19 @@ TEST_CASE("gpu matmul: expanded batches and user-expanded operands") {
       Tensor got = matmul(x.to(gpu()), y.to(gpu()));
       Tensor want = matmul(x, y);
       V scale = ref_matmul(values(x), x.shape(), values(y), y.shape(), true).values;
-      CHECK(excess(values(got), values(want), scale, 2 * tolerance(dtype, false)) == 0);
+      CHECK(excess(values(got), values(want), scale, twice(tolerance(dtype, false))) == 0);
     }
     // an inner dim of stride 0 on the device: the copying fallback
     Tensor col_dev = make(dtype, values(col.narrow(1, 0, 1)), {4, 1}).to(gpu()).expand({4, 3});
     Tensor got_col = matmul(col_dev, b3.to(gpu()));
     V scale_col = ref_matmul(values(col), col.shape(), values(b3), b3.shape(), true).values;
-    CHECK(excess(values(got_col), values(matmul(col, b3)), scale_col, 2 * tolerance(dtype, false)) == 0);
+    CHECK(excess(values(got_col), values(matmul(col, b3)), scale_col, twice(tolerance(dtype, false))) == 0);
     // stride-0 batch on the device itself
     Tensor bdev = b2.to(gpu()).unsqueeze(0).expand({5, 3, 4});
     CHECK(bdev.stride(0) == 0);
     Tensor got = matmul(a.to(gpu()), bdev);
     V scale = ref_matmul(values(a), a.shape(), values(bx), bx.shape(), true).values;
-    CHECK(excess(values(got), values(matmul(a, bx)), scale, 2 * tolerance(dtype, false)) == 0);
+    CHECK(excess(values(got), values(matmul(a, bx)), scale, twice(tolerance(dtype, false))) == 0);
   }
 }
 

@@ -25,7 +25,7 @@ using namespace test;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 // f32 math on two backends (different summation orders in GEMMs and reductions).
 testing::CloseOptions f32_tol() { return {.rtol = 1e-4, .atol = 1e-5}; }

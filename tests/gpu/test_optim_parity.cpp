@@ -23,6 +23,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 
 using namespace brrr;
 using namespace brrr::optim;
@@ -30,7 +31,7 @@ using namespace test;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 // The same leaf parameters on the CPU and on the GPU (values copied from the CPU).
 struct Twin {
@@ -64,14 +65,7 @@ void set_grads(Twin& t, std::int64_t skip = -1) {
   }
 }
 
-testing::CloseOptions tol_for(DType dt) {
-  switch (dt) {
-    case DType::f64: return {.rtol = 1e-12, .atol = 1e-12};
-    case DType::f32: return {.rtol = 2e-5, .atol = 2e-6};
-    case DType::bf16: return {.rtol = 1.6e-2, .atol = 1e-2};
-    default: return {};
-  }
-}
+testing::CloseOptions tol_for(DType dt) { return test::close_options(test::Computed::accumulated, dt); }
 
 void check_twin(const Twin& t, DType dt) {
   for (std::size_t k = 0; k < t.cpu.size(); ++k) {

@@ -2,6 +2,9 @@
 // never make the host wait.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <random>
+#include <sstream>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,11 +14,13 @@
 #include "tests/gpu/gpu_helpers.hpp"
 import brrr;
 
+#include "tests/tensor/helpers.hpp"
+
 using namespace brrr;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 const std::vector<DType> all_dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::boolean};

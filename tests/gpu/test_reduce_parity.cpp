@@ -24,6 +24,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -34,7 +35,7 @@ using V = std::vector<double>;
 using Dims = std::vector<std::int64_t>;
 using I64 = std::vector<std::int64_t>;
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 std::size_t free_device_bytes() {
   std::size_t free_b = 0, total_b = 0;
@@ -94,16 +95,7 @@ Tensor input(DType dt, const Shape& shape, std::mt19937_64& rng, bool integer_va
   return make(dt, x, shape);
 }
 
-double tol_of(DType dt) {
-  switch (dt) {
-    case DType::f64: return 1e-12;
-    case DType::f32: return 1e-5;
-    case DType::f16: return 2e-3;
-    case DType::bf16: return 1.6e-2;
-    case DType::i32: case DType::i64: case DType::boolean: return 0;
-  }
-  return 0;
-}
+double tol_of(DType dt) { return test::tolerance(test::Computed::reduction, dt).rtol; }  // tests/tolerances.hpp
 
 // Shapes with the reductions that reach every kernel path.
 struct ShapeCase {

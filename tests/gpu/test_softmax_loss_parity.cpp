@@ -21,6 +21,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -30,18 +31,9 @@ namespace {
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
-testing::CloseOptions tol(DType d) {
-  switch (d) {
-    case DType::f64: return {.rtol = 1e-12, .atol = 1e-12, .equal_nan = true};
-    case DType::f32: return {.rtol = 2e-5, .atol = 2e-6, .equal_nan = true};
-    case DType::f16: return {.rtol = 2e-3, .atol = 2e-3, .equal_nan = true};
-    case DType::bf16: return {.rtol = 1.6e-2, .atol = 1e-2, .equal_nan = true};
-    case DType::i32: case DType::i64: case DType::boolean: break;
-  }
-  return {.equal_nan = true};
-}
+testing::CloseOptions tol(DType d) { return test::close_options(test::Computed::accumulated, d, /*equal_nan=*/true); }
 
 std::size_t free_device_bytes() {
   std::size_t free_b = 0, total_b = 0;

@@ -1,6 +1,10 @@
 // Streams, events, cross-stream ordering and the sync choke point (sync_count, SyncPolicy).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -10,12 +14,14 @@
 #include "tests/gpu/gpu_helpers.hpp"
 import brrr;
 
+#include "tests/tensor/helpers.hpp"
+
 using namespace brrr;
 using gpu_test::StreamGate;
 
 namespace {
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
 // Device work that takes milliseconds: `rounds` copies of a 256 MiB tensor (each reads and
 // writes 256 MiB, ~0.12 ms on an H200), all enqueued on the current stream.
@@ -94,9 +100,12 @@ TEST_CASE("streams: ops under a StreamGuard are enqueued on the guard's stream")
       cuda::record_stream(t, s);
       cuda::record_stream(sevens, s);
     }
-    // The default stream is independent of s: reading t there sees the old zeros, because the
-    // copy is still held on s. (Deterministic: the gate holds s.)
-    CHECK(all_equal(t.to_host<float>(), 0.0f));
+    // The default stream is independent of s: a kernel there that reads t sees the old
+    // zeros, because the copy is still held on s. (Deterministic: the gate holds s.) A host
+    // read of t would wait for s (test_stream_check.cpp); a host read of `seen` waits only
+    // for the default stream, which wrote it.
+    Tensor seen = t.clone();
+    CHECK(all_equal(seen.to_host<float>(), 0.0f));
     CHECK_FALSE(s.query());
     gate.open();
     s.synchronize();

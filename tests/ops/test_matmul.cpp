@@ -20,6 +20,7 @@ import brrr;
 #include "tests/tensor/helpers.hpp"
 #include "tests/ops/gradient_check.hpp"
 #include "tests/ops/matmul_reference.hpp"
+#include "tests/tolerances.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -135,7 +136,7 @@ const std::vector<ShapeCase> shape_cases = {
 };
 
 /// Runs matmul on operands of the given layouts and checks it against the reference.
-void check_case(DType dtype, const ShapeCase& c, Lay la, Lay lb, const V& av, const V& bv, double tol) {
+void check_case(DType dtype, const ShapeCase& c, Lay la, Lay lb, const V& av, const V& bv, test::Tol tol) {
   Tensor a = relayout(make(dtype, av, c.a), la);
   Tensor b = relayout(make(dtype, bv, c.b), lb);
   // The values the test reference sees: the operands' own (rounded to the dtype).
@@ -149,13 +150,9 @@ void check_case(DType dtype, const ShapeCase& c, Lay la, Lay lb, const V& av, co
   CHECK(out.dtype() == dtype);
   CHECK(out.device() == Device::cpu());
   V got = values(out);
-  // Results in f16's subnormal range round to a multiple of 2^-24: half of it is the least
-  // absolute error any rounding allows there, whatever sum |a||b| is (the k = 1 products of
-  // small normal values land there).
-  const double floor = tol > 0 && dtype == DType::f16 ? 0x1p-25 : 0.0;
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    double err = std::abs(got[i] - want.values[i]) - tol * scale.values[i] - floor;
+    double err = std::abs(got[i] - want.values[i]) - tol.rtol * scale.values[i] - tol.atol;
     if (!(err <= 0)) worst = std::max(worst, std::isnan(err) ? 1e300 : err);
   }
   CHECK(worst == 0);
@@ -163,18 +160,8 @@ void check_case(DType dtype, const ShapeCase& c, Lay la, Lay lb, const V& av, co
 
 const DType float_dtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
-// Relative error allowed per unit of sum|a||b| (rounding the result once, plus f32
-// accumulation for 16-bit inputs).
-double tolerance(DType d) {
-  switch (d) {
-    case DType::f64: return 1e-14;
-    case DType::f32: return 2e-6;
-    case DType::bf16: return 1e-2;
-    case DType::f16: return 2e-3;
-    case DType::i32: case DType::i64: case DType::boolean: return 0;
-  }
-  return 0;
-}
+// Error allowed per unit of sum|a||b| (tests/tolerances.hpp).
+test::Tol tolerance(DType d) { return test::tolerance(test::Computed::gemm, d); }
 
 }  // namespace
 
@@ -185,7 +172,7 @@ TEST_CASE("matmul: every shape case, every float dtype, exact on whole numbers")
   for (DType dtype : float_dtypes)
     for (const ShapeCase& c : shape_cases) {
       V av = small_ints(rng, numel_of(c.a)), bv = small_ints(rng, numel_of(c.b));
-      check_case(dtype, c, Lay::contiguous, Lay::contiguous, av, bv, 0.0);
+      check_case(dtype, c, Lay::contiguous, Lay::contiguous, av, bv, {});
     }
 }
 

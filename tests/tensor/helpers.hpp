@@ -1,6 +1,7 @@
-// Shared helpers of the Tensor core suites. Include AFTER `import brrr;`, in a file that has
-// already included <doctest/doctest.h>, <cmath>, <cstdint>, <cstdlib>, <random>, <sstream>,
-// <string> and <vector> (before the import: clang wants every std header ahead of the import).
+// Shared helpers of every suite (CPU and GPU). Include AFTER `import brrr;`, in a file that
+// has already included <doctest/doctest.h>, <cmath>, <cstdint>, <cstdlib>, <random>,
+// <sstream>, <string> and <vector> (before the import: clang wants every std header ahead of
+// the import). Tolerances are in tests/tolerances.hpp.
 #pragma once
 
 // doctest prints std::vector operands of CHECK(a == b) with their values.
@@ -16,12 +17,21 @@ template <class T> struct StringMaker<std::vector<T>> {
       }
       if (i) os << ", ";
       if constexpr (std::is_same_v<T, bool>) os << (v[i] ? "true" : "false");
-      else os << +v[i];
+      else if constexpr (std::is_arithmetic_v<T>) os << +v[i];
+      else os << v[i];
     }
     os << ']';
     return os.str().c_str();
   }
 };
+// ... and a `const char*` (to_string(dtype), a case's name) as its text: by default INFO and
+// CHECK print the pointer ("dtype 0x557c..."). doctest's own switch for this,
+// DOCTEST_CONFIG_TREAT_CHAR_STAR_AS_STRING, also turns CHECK(vector == vector) into a
+// compile error.
+template <> struct StringMaker<const char*> {
+  static String convert(const char* s) { return s ? String(s) : String("(null)"); }
+};
+template <> struct StringMaker<char*> : StringMaker<const char*> {};
 }  // namespace doctest
 
 // doctest prints enums as their underlying integer; these overloads (found by ADL) print names.
@@ -51,6 +61,9 @@ using namespace brrr;
     }                                                                                           \
     CHECK_MESSAGE(thrown_, #expr " threw no brrr::Error");                                      \
   } while (0)
+
+/// The device of the GPU suites (they run only where it exists: tests/gpu/gpu_main.cpp).
+inline Device gpu() { return Device::cuda(0); }
 
 inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::boolean};

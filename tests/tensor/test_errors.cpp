@@ -44,6 +44,7 @@ TEST_CASE("Error: a std::runtime_error with a kind; every kind has a name") {
   CHECK(std::string(to_string(ErrorKind::out_of_memory)) == "out_of_memory");
   CHECK(std::string(to_string(ErrorKind::sync)) == "sync");
   CHECK(std::string(to_string(ErrorKind::autograd)) == "autograd");
+  CHECK(std::string(to_string(ErrorKind::stream)) == "stream");
   // Thrown errors are catchable as std::exception too.
   CHECK_THROWS_AS((void)zeros({-1}), std::runtime_error);
   CHECK_THROWS_WITH_AS((void)arange(4).view({3}), "view: shape [3] is invalid for input [4] of size 4", Error);
@@ -119,10 +120,12 @@ TEST_CASE("item and to_host: numel and dtype mismatches") {
   CHECK_BRRR_ERROR(v.item<float>(), ErrorKind::shape, "item", "[3]", "f32", "3 elements");
   CHECK_BRRR_ERROR(zeros({0}).item<float>(), ErrorKind::shape, "item", "[0]", "0 elements");
   CHECK_BRRR_ERROR(zeros({2, 2}).item<float>(), ErrorKind::shape, "item", "[2, 2]");
-  CHECK_BRRR_ERROR(full({}, 1.0).item<double>(), ErrorKind::dtype, "item<f64>", "f32");
-  CHECK_BRRR_ERROR(full({1}, 1.0).item<std::int64_t>(), ErrorKind::dtype, "item<i64>", "f32");
-  CHECK_BRRR_ERROR(arange(1).item<std::int32_t>(), ErrorKind::dtype, "item<i32>", "i64");
-  CHECK_BRRR_ERROR(full({1}, 1.0, {.dtype = DType::f16}).item<bfloat16>(), ErrorKind::dtype, "item<bf16>", "f16");
+  // item<T>() converts (tests/tensor/test_call_forms.cpp); item_exact<T>() is the strict form.
+  CHECK_BRRR_ERROR(full({}, 1.0).item_exact<double>(), ErrorKind::dtype, "item_exact<f64>", "f32");
+  CHECK_BRRR_ERROR(full({1}, 1.0).item_exact<std::int64_t>(), ErrorKind::dtype, "item_exact<i64>", "f32");
+  CHECK_BRRR_ERROR(arange(1).item_exact<std::int32_t>(), ErrorKind::dtype, "item_exact<i32>", "i64");
+  CHECK_BRRR_ERROR(full({1}, 1.0, {.dtype = DType::f16}).item_exact<bfloat16>(), ErrorKind::dtype, "item_exact<bf16>",
+                   "f16");
   CHECK_BRRR_ERROR(zeros({2, 2}).to_host<double>(), ErrorKind::dtype, "to_host<f64>", "[2, 2] f32 on cpu",
                    "to(DType::f64)");
   CHECK_BRRR_ERROR(arange(3).to_host<std::int32_t>(), ErrorKind::dtype, "to_host<i32>", "[3] i64");

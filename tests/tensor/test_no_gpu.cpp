@@ -63,12 +63,14 @@ TEST_CASE("Device::parse of cuda strings throws without a GPU; cpu always parses
   CHECK_BRRR_ERROR(Device::parse("gpu"), ErrorKind::value, "Device::parse", "'gpu'");
 }
 
-TEST_CASE("pinned memory without a GPU: Error, not a crash") {
+TEST_CASE("pinned memory without a GPU: pageable memory instead (warned once, tests/tensor/test_portable.cpp)") {
   if (!cuda::is_available()) {
-    CHECK_BRRR_ERROR(empty({2}, {.pinned = true}), ErrorKind::device, "pinned", "no", "available");
-    CHECK_BRRR_ERROR(zeros({3, 4}, {.pinned = true}), ErrorKind::device, "available");
-    CHECK_BRRR_ERROR(Tensor::from_vector(std::vector<float>{1, 2}).pin_memory(), ErrorKind::device, "available");
-    CHECK_BRRR_ERROR(Storage::allocate(64, Device::cpu(), true), ErrorKind::device, "available");
+    CHECK_FALSE(empty({2}, {.pinned = true}).is_pinned());
+    CHECK(zeros({3, 4}, {.pinned = true}).to_host<float>() == std::vector<float>(12, 0.0f));
+    Tensor copy = Tensor::from_vector(std::vector<float>{1, 2}).pin_memory();
+    CHECK_FALSE(copy.is_pinned());
+    CHECK(copy.to_host<float>() == std::vector<float>{1, 2});
+    CHECK_FALSE(Storage::allocate(64, Device::cpu(), true).pinned());
     // Pageable CPU work is unaffected afterwards.
     Tensor t = Tensor::from_vector(std::vector<float>{1, 2});
     CHECK_FALSE(t.is_pinned());
@@ -120,4 +122,33 @@ TEST_CASE("CPU tensors work normally whatever the GPU situation") {
   std::vector<float> w = a.to_host<float>();
   CHECK(v[1] == w[3]);
   CHECK(v[5] == w[7]);
+}
+
+TEST_CASE("the stream check switches on and off anywhere; CPU work is unaffected by it") {
+  CHECK_FALSE(cuda::stream_check_enabled());  // off by default (BRRR_STREAM_CHECK unset)
+  std::vector<float> off, on;
+  {
+    manual_seed(5);
+    Tensor a = randn({8, 8});
+    off = sum(matmul(a, a) + 1.0, {0}).to_host<float>();
+  }
+  {
+    cuda::StreamCheckGuard check(true);
+    CHECK(cuda::stream_check_enabled());
+    {
+      cuda::StreamCheckGuard nested(false);
+      CHECK_FALSE(cuda::stream_check_enabled());
+    }
+    CHECK(cuda::stream_check_enabled());
+    manual_seed(5);
+    Tensor a = randn({8, 8});
+    std::uint64_t before = cuda::sync_count();
+    on = sum(matmul(a, a) + 1.0, {0}).to_host<float>();
+    CHECK(cuda::sync_count() == before);
+  }
+  CHECK_FALSE(cuda::stream_check_enabled());
+  CHECK(on == off);
+  cuda::set_stream_check(true);
+  cuda::set_stream_check(false);
+  CHECK_FALSE(cuda::stream_check_enabled());
 }
