@@ -393,6 +393,15 @@ public:
   std::int64_t shard_numel() const;
   /// Bytes of this rank's optimizer state (momentum buffers, Adam moments) now.
   std::uint64_t optimizer_state_bytes() const;
+  /// This rank's shard of the state: the inner AdamW's or SGD's state_dict() over the shard
+  /// ("state.0.*" are [S] tensors), plus "brrr.zero.world_size", "brrr.zero.rank" and
+  /// "brrr.zero.shard_numel". Each rank saves its own file (as DeepSpeed's per-rank
+  /// checkpoints; PyTorch's consolidate_state_dict() gathering to one rank is not offered).
+  StateDict state_dict() const override;
+  /// Restores state_dict() on the same rank of a group of the same size and shard:
+  /// Error(value) naming the key when the rank, world size or shard size differ, otherwise
+  /// the inner optimizer's errors.
+  void load_state_dict(const StateDict& state) override;
 
 private:
   struct State;

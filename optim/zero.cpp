@@ -42,7 +42,9 @@ struct ZeroRedundancyOptimizer::State {
   std::unique_ptr<ShardAdamW> adam;
   std::unique_ptr<SGD> sgd;
   double momentum = 0;
+  Optimizer& inner() const { return adam ? static_cast<Optimizer&>(*adam) : static_cast<Optimizer&>(*sgd); }
 };
+
 
 std::unique_ptr<ZeroRedundancyOptimizer::State> ZeroRedundancyOptimizer::make_state(const std::vector<Tensor>& params,
                                                                                    const ZeroOptions& zero) {
@@ -115,7 +117,7 @@ void ZeroRedundancyOptimizer::step() {
   }
   dist::reduce_scatter(s.shard_grad, s.flat_grads, dist::ReduceOp::avg, {.group = s.group});
   s.shard.set_grad(s.shard_grad);
-  Optimizer& inner = s.adam ? static_cast<Optimizer&>(*s.adam) : static_cast<Optimizer&>(*s.sgd);
+  Optimizer& inner = s.inner();
   inner.set_lr(lr_);
   inner.step();
   dist::all_gather(s.flat_params, s.shard, {.group = s.group});  // in place: the shard is part of the output
@@ -129,6 +131,38 @@ std::uint64_t ZeroRedundancyOptimizer::optimizer_state_bytes() const {
   if (s.adam) return s.adam->state_bytes();
   // SGD keeps one momentum buffer of the shard's size once it has stepped with momentum.
   return s.momentum > 0 && steps_ > 0 ? static_cast<std::uint64_t>(s.shard_numel) * s.shard.itemsize() : 0;
+}
+
+StateDict ZeroRedundancyOptimizer::state_dict() const {
+  const State& s = *state_;
+  StateDict out = s.inner().state_dict();
+  auto integer = [](std::int64_t v) { return full({}, static_cast<double>(v), {.dtype = DType::i64}); };
+  out["brrr.zero.world_size"] = integer(s.group.size());
+  out["brrr.zero.rank"] = integer(s.group.rank());
+  out["brrr.zero.shard_numel"] = integer(s.shard_numel);
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_state_dict(const StateDict& state) {
+  State& s = *state_;
+  StateDict rest = state;
+  auto take = [&](const std::string& key, std::int64_t expected) {
+    auto it = rest.find(key);
+    if (it == rest.end())
+      throw Error(ErrorKind::value, "ZeroRedundancyOptimizer.load_state_dict: missing key " + key);
+    const std::int64_t got = it->second.to(Device::cpu()).item<std::int64_t>();
+    if (got != expected)
+      throw Error(ErrorKind::value, "ZeroRedundancyOptimizer.load_state_dict: " + key + " is " + std::to_string(got) +
+                                        " in the state, " + std::to_string(expected) + " here");
+    rest.erase(it);
+  };
+  take("brrr.zero.world_size", s.group.size());
+  take("brrr.zero.rank", s.group.rank());
+  take("brrr.zero.shard_numel", s.shard_numel);
+  Optimizer& inner = s.inner();
+  inner.load_state_dict(rest);
+  lr_ = inner.lr();
+  steps_ = inner.step_count();
 }
 
 }  // namespace brrr::optim

@@ -230,6 +230,55 @@ inline void zero_equals_plain(Device dev, bool sgd) {
   CHECK(mine * n < plain + (sgd ? 1 : 2) * 4 * static_cast<std::uint64_t>(n));  // 1/N, plus the padding
 }
 
+// ZeRO's per-rank state_dict: 10 steps, save, 10 more == a fresh model and optimizer loaded
+// from the save and run the same 10, bit for bit; a state of another rank is refused.
+inline void zero_resumes_exactly(Device dev, bool sgd) {
+  const int r = dist::rank(), n = dist::world_size();
+  const std::int64_t B = 12, steps = 20, save_at = 10;
+  manual_seed(shared_seed());
+  Data d = make_data(B * steps, {6}, dev);
+  const std::uint64_t seed = shared_seed();
+  auto make = [&](nn::Sequential& m) {
+    return sgd ? optim::ZeroRedundancyOptimizer::with_sgd(m.parameters(), {.lr = 0.1, .momentum = 0.9})
+               : std::make_unique<optim::ZeroRedundancyOptimizer>(m.parameters(), optim::AdamOptions{.lr = 1e-2});
+  };
+  auto train = [&](nn::Sequential& m, optim::ZeroRedundancyOptimizer& z, std::int64_t from, std::int64_t to) {
+    for (std::int64_t s = from; s < to; ++s) {
+      z.zero_grad();
+      cross_entropy(m(local(batch(d.x, s, B), r, n)), local(batch(d.y, s, B), r, n)).backward();
+      z.step();
+    }
+  };
+  manual_seed(seed);
+  nn::Sequential a = mlp();
+  a.to(dev);
+  auto za = make(a);
+  train(a, *za, 0, save_at);
+  optim::StateDict saved_opt;
+  for (const auto& [k, v] : za->state_dict()) saved_opt[k] = v.clone();
+  std::vector<Tensor> saved_params;
+  for (const Tensor& p : a.parameters()) saved_params.push_back(p.detach().clone());
+  train(a, *za, save_at, steps);
+
+  manual_seed(seed + 99);  // other initial values: everything must come from the save
+  nn::Sequential b = mlp();
+  b.to(dev);
+  auto zb = make(b);
+  {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < saved_params.size(); ++i) b.parameters()[i].copy_(saved_params[i]);
+  }
+  zb->load_state_dict(saved_opt);
+  CHECK(zb->step_count() == save_at);
+  train(b, *zb, save_at, steps);
+  for (std::size_t i = 0; i < saved_params.size(); ++i)
+    CHECK(max(abs(a.parameters()[i] - b.parameters()[i])).item<double>() == 0.0);
+
+  optim::StateDict other = saved_opt;
+  other["brrr.zero.rank"] = full({}, static_cast<double>(r + 1), {.dtype = DType::i64});
+  CHECK_THROWS_WITH_AS(zb->load_state_dict(other), doctest::Contains("brrr.zero.rank"), Error);
+}
+
 // Column-, row-parallel layers and the MLP block == the unsharded layers, values and gradients
 // (world sizes that divide 6 and 12).
 inline void tensor_parallel_equals_unsharded(Device dev) {

@@ -35,6 +35,10 @@ TEST_CASE("ddp: unused parameters are an error naming them, or zeros with find_u
 }
 TEST_CASE("zero-1 over AdamW == AdamW, with 1/N of its state") { pc::zero_equals_plain(Device::cpu(), false); }
 TEST_CASE("zero-1 over SGD == SGD") { pc::zero_equals_plain(Device::cpu(), true); }
+TEST_CASE("zero-1 state_dict resumes exactly (AdamW, SGD)") {
+  pc::zero_resumes_exactly(Device::cpu(), false);
+  pc::zero_resumes_exactly(Device::cpu(), true);
+}
 TEST_CASE("tensor parallel layers == the unsharded layers") { pc::tensor_parallel_equals_unsharded(Device::cpu()); }
 
 TEST_CASE("DistributedSampler: disjoint shards covering the dataset, reshuffled per epoch") {

@@ -29,21 +29,20 @@ namespace {
 void ensure_world() {
   if (!dist::is_initialized()) dist::init_process_group({.timeout = std::chrono::seconds(60)});
 }
-Device gpu() { return Device::cuda(0); }
 }  // namespace
 
-TEST_CASE("nccl: all_reduce, every dtype and op") { ensure_world(); dist_cases::all_reduce_every_dtype_and_op(gpu()); }
-TEST_CASE("nccl: broadcast and reduce") { ensure_world(); dist_cases::broadcast_and_reduce_from_every_root(gpu()); }
-TEST_CASE("nccl: all_gather") { ensure_world(); dist_cases::all_gather_into_one_tensor_and_a_list(gpu()); }
-TEST_CASE("nccl: reduce_scatter") { ensure_world(); dist_cases::reduce_scatter_sum_and_avg(gpu()); }
-TEST_CASE("nccl: all_to_all") { ensure_world(); dist_cases::all_to_all_equal_and_uneven(gpu()); }
-TEST_CASE("nccl: async Work") { ensure_world(); dist_cases::async_work_and_order(gpu()); }
-TEST_CASE("nccl: groups and barrier") { ensure_world(); dist_cases::groups_and_barrier(gpu()); }
-TEST_CASE("nccl: argument errors") { ensure_world(); dist_cases::argument_errors(gpu()); }
+TEST_CASE("nccl: all_reduce, every dtype and op") { ensure_world(); dist_cases::all_reduce_every_dtype_and_op(test::gpu()); }
+TEST_CASE("nccl: broadcast and reduce") { ensure_world(); dist_cases::broadcast_and_reduce_from_every_root(test::gpu()); }
+TEST_CASE("nccl: all_gather") { ensure_world(); dist_cases::all_gather_into_one_tensor_and_a_list(test::gpu()); }
+TEST_CASE("nccl: reduce_scatter") { ensure_world(); dist_cases::reduce_scatter_sum_and_avg(test::gpu()); }
+TEST_CASE("nccl: all_to_all") { ensure_world(); dist_cases::all_to_all_equal_and_uneven(test::gpu()); }
+TEST_CASE("nccl: async Work") { ensure_world(); dist_cases::async_work_and_order(test::gpu()); }
+TEST_CASE("nccl: groups and barrier") { ensure_world(); dist_cases::groups_and_barrier(test::gpu()); }
+TEST_CASE("nccl: argument errors") { ensure_world(); dist_cases::argument_errors(test::gpu()); }
 
 TEST_CASE("nccl: collectives make no host sync, and run after the work before them") {
   ensure_world();
-  Device dev = gpu();
+  Device dev = test::gpu();
   Tensor a = randn({1 << 20}, {.device = dev});
   Tensor expect = (a * 3 + 1).to(Device::cpu());
   cuda::synchronize(dev);
@@ -67,7 +66,7 @@ TEST_CASE("nccl: collectives make no host sync, and run after the work before th
 
 TEST_CASE("nccl: a collective on another stream is ordered by that stream's current work") {
   ensure_world();
-  Device dev = gpu();
+  Device dev = test::gpu();
   cuda::Stream side = cuda::Stream::create(dev);
   Tensor t;
   {
@@ -89,28 +88,28 @@ TEST_CASE("nccl: CPU tensors in the same world go through Gloo") {
 
 TEST_CASE("nccl: DDP on one rank == plain training (MLP and CNN, one bucket and many)") {
   ensure_world();
-  parallel_cases::ddp_equals_one_big_batch(gpu(), false, 25);
-  parallel_cases::ddp_equals_one_big_batch(gpu(), false, 400.0 / (1 << 20));
-  parallel_cases::ddp_equals_one_big_batch(gpu(), true, 25);
-  parallel_cases::ddp_buckets_and_views(gpu());
-  parallel_cases::no_sync_accumulation(gpu());
-  parallel_cases::unused_parameters(gpu());
+  parallel_cases::ddp_equals_one_big_batch(test::gpu(), false, 25);
+  parallel_cases::ddp_equals_one_big_batch(test::gpu(), false, 400.0 / (1 << 20));
+  parallel_cases::ddp_equals_one_big_batch(test::gpu(), true, 25);
+  parallel_cases::ddp_buckets_and_views(test::gpu());
+  parallel_cases::no_sync_accumulation(test::gpu());
+  parallel_cases::unused_parameters(test::gpu());
 }
 
 TEST_CASE("nccl: ZeRO-1 on one rank == AdamW / SGD") {
   ensure_world();
-  parallel_cases::zero_equals_plain(gpu(), false);
-  parallel_cases::zero_equals_plain(gpu(), true);
+  parallel_cases::zero_equals_plain(test::gpu(), false);
+  parallel_cases::zero_equals_plain(test::gpu(), true);
 }
 
 TEST_CASE("nccl: tensor-parallel layers on one rank == unsharded") {
   ensure_world();
-  parallel_cases::tensor_parallel_equals_unsharded(gpu());
+  parallel_cases::tensor_parallel_equals_unsharded(test::gpu());
 }
 
 TEST_CASE("nccl: a DDP training step makes no host sync") {
   ensure_world();
-  Device dev = gpu();
+  Device dev = test::gpu();
   manual_seed(3);
   nn::Sequential model = parallel_cases::cnn();
   model.to(dev);
@@ -139,7 +138,7 @@ TEST_CASE("nccl: a DDP training step makes no host sync") {
 
 TEST_CASE("nccl: ZeRO-1 optimizer memory on the device is the shard's") {
   ensure_world();
-  Device dev = gpu();
+  Device dev = test::gpu();
   manual_seed(4);
   nn::Sequential model{nn::Linear(1024, 1024), nn::ReLU(), nn::Linear(1024, 1024)};
   model.to(dev);

@@ -24,7 +24,6 @@ using namespace brrr::indexing;
 using namespace test;
 
 namespace {
-Device gpu() { return Device::cuda(0); }
 void same(const Tensor& a, const Tensor& b, double tol = 0) {
   testing::assert_close(a, b, {.rtol = tol, .atol = tol});
 }
