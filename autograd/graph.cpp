@@ -4,6 +4,7 @@
 module;
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -228,7 +229,19 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
 }
 
 bool Tensor::is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
-Tensor Tensor::grad() const { return checked("grad").grad; }
+Tensor Tensor::grad() const {
+  const Impl& i = checked("grad");
+  // PyTorch's UserWarning: reading .grad of a non-leaf gives nothing unless retain_grad() was
+  // called; say it once per process, since it is almost always a mistake.
+  if (i.grad_fn && !i.retains_grad && !i.grad.defined()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      std::fprintf(stderr, "brrr: warning: grad() of a non-leaf tensor (made by %s) is undefined: backward fills "
+                           "grad() only of leaves; call retain_grad() on it before backward to keep its gradient "
+                           "(this warning is shown once)\n", i.grad_fn->name().c_str());
+  }
+  return i.grad;
+}
 void Tensor::set_grad(const Tensor& grad) const {
   Impl& i = const_cast<Impl&>(checked("set_grad"));
   if (grad.defined() && grad.shape() != i.layout.sizes)

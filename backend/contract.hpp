@@ -141,6 +141,22 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
 // The op lists. One entry per op; the enum, its names and with_op() come from the list.
 // ---------------------------------------------------------------------------------------
 
+/// The parametrised activations (ops/activation.cpp, math in ops/activation_math.hpp), part
+/// of BRRR_UNARY_OPS; p0/p1 carry their parameters: leaky_relu (negative_slope), elu (alpha,
+/// scale; selu is elu with fixed ones), celu (alpha), softplus (beta, threshold), hardtanh
+/// (min_val, max_val).
+#define BRRR_ACTIVATION_OPS(X)           \
+  X(leaky_relu, "leaky_relu", promote)   \
+  X(elu, "elu", promote)                 \
+  X(celu, "celu", promote)               \
+  X(softplus, "softplus", promote)       \
+  X(hardtanh, "hardtanh", promote)       \
+  X(hardswish, "hardswish", promote)     \
+  X(hardsigmoid, "hardsigmoid", promote) \
+  X(mish, "mish", promote)               \
+  X(logsigmoid, "logsigmoid", promote)   \
+  X(softsign, "softsign", promote)
+
 /// Elementwise functions of one operand: X(op, name, integers). `name` is the public op's
 /// (errors, NVTX ranges); `integers`: keep (integer inputs keep their dtype; bool is refused)
 /// or promote (integer and bool inputs compute in f32, as PyTorch's floating functions). The
@@ -157,6 +173,7 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(tanh, "tanh", promote)            \
   X(sigmoid, "sigmoid", promote)      \
   X(relu, "relu", keep)               \
+  BRRR_ACTIVATION_OPS(X)              \
   X(gelu_tanh, "gelu", promote)       \
   X(gelu_erf, "gelu", promote)        \
   X(silu, "silu", promote)            \
@@ -378,6 +395,25 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for backward. weight/bias may be nullptr. */    \
   X(layer_norm, (const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,                   \
                  const Operand* weight, const Operand* bias, double eps))                                           \
+  /* Batch-norm statistics per channel c of contiguous in [N, C, M] (floating): mean[c] and invstd[c] = 1 /       \
+     sqrt(var + eps), var the biased two-pass variance over the N*M elements; mean/invstd [C] in the accumulation  \
+     dtype (f64 for f64, f32 otherwise). running_mean/running_var ([C], that same dtype) may be nullptr; if given \
+     they are updated in place: r = (1 - momentum) r + momentum s, with the unbiased variance (N*M > 1). */       \
+  X(batch_norm_stats, (const Operand& mean, const Operand& invstd, const Operand& in, double eps,                   \
+                       const Operand* running_mean, const Operand* running_var, double momentum))                 \
+  /* out = (in - mean[c]) * invstd[c] * weight[c] + bias[c] over contiguous [N, C, M]; mean/invstd as              \
+     batch_norm_stats writes them; weight/bias ([C], in's dtype) may be nullptr. */                                \
+  X(batch_norm_elemt, (const Operand& out, const Operand& in, const Operand& mean, const Operand& invstd,          \
+                       const Operand* weight, const Operand* bias))                                                \
+  /* Per channel of contiguous grad and in [N, C, M]: sum_dy[c] = sum of grad, sum_dy_xmu[c] = sum of grad (in -  \
+     mean[c]); [C] in the accumulation dtype. */                                                                   \
+  X(batch_norm_backward_reduce, (const Operand& sum_dy, const Operand& sum_dy_xmu, const Operand& grad,            \
+                                 const Operand& in, const Operand& mean))                                          \
+  /* grad_in = (grad - sum_dy[c] / n - (in - mean[c]) invstd[c]^2 sum_dy_xmu[c] / n) invstd[c] weight[c] over      \
+     contiguous [N, C, M], n = N*M (the training-mode input gradient); weight may be nullptr (1). */              \
+  X(batch_norm_backward_elemt, (const Operand& grad_in, const Operand& grad, const Operand& in, const Operand& mean, \
+                                const Operand& invstd, const Operand* weight, const Operand& sum_dy,               \
+                                const Operand& sum_dy_xmu))                                                        \
   /* Fused cross entropy over the rows of contiguous logits [rows, C] (floating) with class indices `target`       \
      [rows] (i32/i64). Writes `out` [2, rows] (the accumulation dtype: f64 for f64 logits, f32 otherwise): row 0   \
      the losses (1 - e)(lse - x_t) + e (lse - mean_c x), row 1 the weights (1, or 0 where the target is            \

@@ -10,6 +10,10 @@
 //   mlp_step_total_MiB               that peak minus allocated before the MLP's tensors existed
 //   fashion_mnist_mlp_epoch_ms       one epoch of the main job's MLP, AdamW, batch 128
 //   h2d_256MiB_{pinned,pageable}_GBps   host-to-device copy of 256 MiB
+//   batch_norm_32x64x56x56_f32_{train_fwd,train_fwd_bwd,eval_fwd}_ms   F.batch_norm with weight,
+//                                    bias and running stats (training updates them)
+//   conv_transpose2d_64x256x16x16_k4s2p1_f32_{fwd,fwd_bwd}_ms   DCGAN's upsampling layer
+//                                    (-> [64, 128, 32, 32], bias), TF32 off
 // Timing: warm-up, then CUDA events around each repeat (host clock for the host-side
 // costs), median of the repeats. Prints a table, then one JSON object on the last line.
 //
@@ -162,6 +166,41 @@ void h2d(Device dev, Results& r) {
   r["h2d_256MiB_pageable_GBps"] = bench::gbps(bytes, bench::time_ms(dev, 1, 10, [&] { Tensor d = pageable.to(dev); }));
 }
 
+// Forward, or forward + backward of sum(y * g) into the input and parameters.
+double fwd_bwd_ms(Device dev, const std::vector<Tensor>& leaves, const std::function<Tensor()>& f, bool backward) {
+  Tensor g;
+  return bench::time_ms(dev, 5, 30, [&] {
+    for (const Tensor& t : leaves) t.set_grad({});
+    Tensor y = f();
+    if (!backward) return;
+    if (!g.defined()) g = randn(y.shape(), {.device = dev});
+    y.backward(g);
+  });
+}
+
+void norm_conv(Device dev, Results& r) {
+  set_allow_tf32(false);
+  {
+    Tensor x = randn({32, 64, 56, 56}, {.device = dev, .requires_grad = true});
+    Tensor w = randn({64}, {.device = dev, .requires_grad = true}), b = randn({64}, {.device = dev, .requires_grad = true});
+    Tensor rm = zeros({64}, {.device = dev}), rv = ones({64}, {.device = dev});
+    auto train = [&] { return batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5); };
+    r["batch_norm_32x64x56x56_f32_train_fwd_ms"] = fwd_bwd_ms(dev, {x, w, b}, train, false);
+    r["batch_norm_32x64x56x56_f32_train_fwd_bwd_ms"] = fwd_bwd_ms(dev, {x, w, b}, train, true);
+    NoGradGuard no_grad;
+    r["batch_norm_32x64x56x56_f32_eval_fwd_ms"] =
+        fwd_bwd_ms(dev, {}, [&] { return batch_norm(x, rm, rv, w, b, false, 0.1, 1e-5); }, false);
+  }
+  {
+    Tensor x = randn({64, 256, 16, 16}, {.device = dev, .requires_grad = true});
+    Tensor w = mul(randn({256, 128, 4, 4}, {.device = dev}), 0.02).detach().requires_grad_();
+    Tensor b = zeros({128}, {.device = dev, .requires_grad = true});
+    auto f = [&] { return conv_transpose2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}}); };
+    r["conv_transpose2d_64x256x16x16_k4s2p1_f32_fwd_ms"] = fwd_bwd_ms(dev, {x, w, b}, f, false);
+    r["conv_transpose2d_64x256x16x16_k4s2p1_f32_fwd_bwd_ms"] = fwd_bwd_ms(dev, {x, w, b}, f, true);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +240,7 @@ int main(int argc, char** argv) {
   else
     std::fprintf(stderr, "bench_ops: fashion_mnist epoch skipped: no directory %s (--data DIR)\n", dir.c_str());
   run("h2d", [&] { h2d(dev, r); });
+  run("norm conv", [&] { norm_conv(dev, r); });
 
   for (const auto& [k, v] : r) std::printf("%-40s %12.3f\n", k.c_str(), v);
   bench::print_json(r);

@@ -179,6 +179,43 @@ def h2d(dev, r):
     r["h2d_256MiB_pageable_GBps"] = gbps(n * 4, time_ms(lambda: pageable.to(dev), 1, 10))
 
 
+def fwd_bwd_ms(leaves, f, backward):
+    """Forward, or forward + backward of sum(y * g) into the leaves (as bench_ops.cpp)."""
+    g = []
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        y = f()
+        if backward:
+            if not g:
+                g.append(torch.randn_like(y))
+            y.backward(g[0])
+    return time_ms(step, 5, 30)
+
+
+def norm_conv(dev, r):
+    """bench_ops.cpp's norm_conv: F.batch_norm (cuDNN or ATen's kernels, PyTorch's choice) and
+    F.conv_transpose2d with TF32 off (torch.backends.cudnn.allow_tf32 = False)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    x = torch.randn(32, 64, 56, 56, device=dev, requires_grad=True)
+    w, b = torch.randn(64, device=dev, requires_grad=True), torch.randn(64, device=dev, requires_grad=True)
+    rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+    train = lambda: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+    r["batch_norm_32x64x56x56_f32_train_fwd_ms"] = fwd_bwd_ms([x, w, b], train, False)
+    r["batch_norm_32x64x56x56_f32_train_fwd_bwd_ms"] = fwd_bwd_ms([x, w, b], train, True)
+    with torch.no_grad():
+        r["batch_norm_32x64x56x56_f32_eval_fwd_ms"] = fwd_bwd_ms(
+            [], lambda: F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5), False)
+    x = torch.randn(64, 256, 16, 16, device=dev, requires_grad=True)
+    w = (torch.randn(256, 128, 4, 4, device=dev) * 0.02).requires_grad_()
+    b = torch.zeros(128, device=dev, requires_grad=True)
+    f = lambda: F.conv_transpose2d(x, w, b, stride=2, padding=1)
+    r["conv_transpose2d_64x256x16x16_k4s2p1_f32_fwd_ms"] = fwd_bwd_ms([x, w, b], f, False)
+    r["conv_transpose2d_64x256x16x16_k4s2p1_f32_fwd_bwd_ms"] = fwd_bwd_ms([x, w, b], f, True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
@@ -196,6 +233,7 @@ def main():
     else:
         print(f"torch_ops: fashion_mnist epoch skipped: no directory {args.data} (--data DIR)", file=sys.stderr)
     workloads.append(("h2d", lambda: h2d(dev, r)))
+    workloads.append(("norm conv", lambda: norm_conv(dev, r)))
     for name, f in workloads:  # one that fails is reported; the others still run
         try:
             f()

@@ -239,12 +239,14 @@ private:
     }
   }
 
-  // Turns a Gloo exception into the failure report and poisons the group: closing our
-  // connections makes the peers still inside the collective fail at once too.
+  // Turns a Gloo exception into the failure report and poisons the group. The connections
+  // close first: a peer still waiting on us inside the collective then fails at once and files
+  // its report while we collect theirs (closed after the report, it waited its whole timeout
+  // and was named as absent).
   std::string fail(TCPStore& store, const Call& c, const std::string& what) {
+    close_connections();
     std::string message = failure_report(store, g_, c.seq, c.label, "Gloo: " + what);
     g_.set_failure(message);
-    close_connections();
     return message;
   }
 

@@ -301,6 +301,28 @@ public:
   Tensor bias() const;
 };
 
+/// 2-D transposed convolution [N, Cin, H, W] -> [N, Cout, H', W'] (see
+/// brrr::conv_transpose2d). Weight [Cin, Cout/groups, kh, kw] ~ kaiming_uniform(a = sqrt 5)
+/// and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = Cout/groups * kh * kw (PyTorch's).
+class ConvTranspose2d : public Module {
+public:
+  ConvTranspose2d(std::int64_t in_channels, std::int64_t out_channels, std::array<std::int64_t, 2> kernel_size,
+                  ConvTranspose2dOptions options = {}, bool bias = true);
+  ConvTranspose2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
+                  ConvTranspose2dOptions options = {}, bool bias = true);
+  Tensor weight() const;
+  Tensor bias() const;
+};
+/// 1-D convolution [N, C, L] -> [N, O, L'] (see brrr::conv1d); weight [O, C/groups, k]
+/// initialised like Conv2d's.
+class Conv1d : public Module {
+public:
+  Conv1d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv1dOptions options = {},
+         bool bias = true);
+  Tensor weight() const;
+  Tensor bias() const;
+};
+
 /// brrr::max_pool2d with fixed options.
 class MaxPool2d : public Module {
 public:
@@ -332,6 +354,65 @@ public:
   Sigmoid();
 };
 
+/// The activations of brrr.ops as modules (nn/activations.cpp), with PyTorch's defaults.
+class LeakyReLU : public Module {
+public:
+  explicit LeakyReLU(double negative_slope = 0.01);
+};
+class ELU : public Module {
+public:
+  explicit ELU(double alpha = 1.0);
+};
+class SELU : public Module {
+public:
+  SELU();
+};
+class CELU : public Module {
+public:
+  explicit CELU(double alpha = 1.0);  ///< alpha == 0: Error(value)
+};
+class Softplus : public Module {
+public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0);  ///< beta == 0: Error(value)
+};
+class Hardtanh : public Module {
+public:
+  explicit Hardtanh(double min_val = -1.0, double max_val = 1.0);  ///< min_val > max_val: Error(value)
+};
+class ReLU6 : public Module {
+public:
+  ReLU6();
+};
+class Hardswish : public Module {
+public:
+  Hardswish();
+};
+class Hardsigmoid : public Module {
+public:
+  Hardsigmoid();
+};
+class Mish : public Module {
+public:
+  Mish();
+};
+class LogSigmoid : public Module {
+public:
+  LogSigmoid();
+};
+class Softsign : public Module {
+public:
+  Softsign();
+};
+class GLU : public Module {
+public:
+  explicit GLU(std::int64_t dim = -1);
+};
+/// brrr::dropout2d with probability p in training mode; identity in eval mode.
+class Dropout2d : public Module {
+public:
+  explicit Dropout2d(double p = 0.5);  ///< p outside [0, 1]: Error(value)
+};
+
 /// Dropout with probability p in training mode; identity in eval mode.
 class Dropout : public Module {
 public:
@@ -345,6 +426,70 @@ public:
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
   Tensor weight() const;
   Tensor bias() const;
+};
+
+/// Options of the batch and instance norm modules (PyTorch's constructor arguments).
+struct NormOptions {
+  double eps = 1e-5;
+  /// Running statistics' weight of the new batch; nullopt: the cumulative average
+  /// (1 / num_batches_tracked, which reads the counter back: a host sync on CUDA).
+  std::optional<double> momentum = 0.1;
+  bool affine = true;
+  bool track_running_stats = true;
+};
+
+/// Batch normalisation (brrr::batch_norm) with learnable weight (ones) and bias (zeros) when
+/// affine, and buffers running_mean (zeros), running_var (ones) and num_batches_tracked (i64
+/// 0-d) when track_running_stats: PyTorch's state_dict names. Training mode uses (and
+/// updates) batch statistics; evaluation mode the running ones (batch statistics when not
+/// tracked). BatchNorm1d takes [N, C] or [N, C, L], BatchNorm2d [N, C, H, W]; other ranks
+/// and a channel count other than num_features are Error(shape).
+class BatchNorm1d : public Module {
+public:
+  explicit BatchNorm1d(std::int64_t num_features, NormOptions options = {});
+  Tensor weight() const;
+  Tensor bias() const;
+  Tensor running_mean() const;
+  Tensor running_var() const;
+  Tensor num_batches_tracked() const;
+};
+class BatchNorm2d : public Module {
+public:
+  explicit BatchNorm2d(std::int64_t num_features, NormOptions options = {});
+  Tensor weight() const;
+  Tensor bias() const;
+  Tensor running_mean() const;
+  Tensor running_var() const;
+  Tensor num_batches_tracked() const;
+};
+/// Instance normalisation (brrr::instance_norm): PyTorch's defaults affine = false and
+/// track_running_stats = false (pass NormOptions{.affine = false, ...} explicitly to
+/// change one). InstanceNorm1d takes [N, C, L] (or unbatched [C, L]), InstanceNorm2d
+/// [N, C, H, W] (or [C, H, W]).
+class InstanceNorm1d : public Module {
+public:
+  explicit InstanceNorm1d(std::int64_t num_features,
+                          NormOptions options = {.affine = false, .track_running_stats = false});
+};
+class InstanceNorm2d : public Module {
+public:
+  explicit InstanceNorm2d(std::int64_t num_features,
+                          NormOptions options = {.affine = false, .track_running_stats = false});
+};
+/// Group normalisation (brrr::group_norm) with per-channel weight (ones) and bias (zeros)
+/// when affine. num_channels not divisible by num_groups: Error(value).
+class GroupNorm : public Module {
+public:
+  GroupNorm(std::int64_t num_groups, std::int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor weight() const;
+  Tensor bias() const;
+};
+/// RMS normalisation (brrr::rms_norm) over the trailing normalized_shape with a weight
+/// (ones) when elementwise_affine.
+class RMSNorm : public Module {
+public:
+  explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true);
+  Tensor weight() const;
 };
 
 /// A lookup table [num_embeddings, embedding_dim] ~ N(0, 1) (row padding_idx zeroed).
@@ -389,3 +534,9 @@ void save(const Module& module, const std::string& path);
 void load(const Module& module, const std::string& path);
 
 }  // namespace brrr::nn
+
+// Not exported: shared by the implementation units of brrr.nn.
+namespace brrr::nn::detail {
+/// A parameterless module computing fn, printed as `name` (nn/layers.cpp).
+std::shared_ptr<ModuleImpl> function_module(std::function<Tensor(const Tensor&)> fn, std::string name);
+}  // namespace brrr::nn::detail

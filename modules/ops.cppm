@@ -196,6 +196,47 @@ Tensor& operator/=(Tensor& a, Scalar b);
 [[nodiscard]] Tensor clamp_max(const Tensor& x, double max);
 
 // ---------------------------------------------------------------------------------------
+// Activations (ops/activation.cpp): same shape and dtype, floating dtypes (integer and bool
+// inputs compute in f32). One elementwise kernel forward; gradients are Tensor ops, so
+// second derivatives work. Argument names and defaults are torch.nn.functional's.
+// ---------------------------------------------------------------------------------------
+
+/// x > 0 ? x : negative_slope * x (Maas et al. 2013). Gradient 1 or negative_slope (the
+/// latter at 0).
+[[nodiscard]] Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// x > 0 ? x : alpha (exp(x) - 1) (Clevert et al. 2015, "Fast and Accurate Deep Network
+/// Learning by Exponential Linear Units").
+[[nodiscard]] Tensor elu(const Tensor& x, double alpha = 1.0);
+/// scale * elu(x, alpha) with alpha = 1.6732632423543772, scale = 1.0507009873554805
+/// (Klambauer et al. 2017, "Self-Normalizing Neural Networks").
+[[nodiscard]] Tensor selu(const Tensor& x);
+/// max(0, x) + min(0, alpha (exp(x / alpha) - 1)) (Barron 2017). alpha == 0: Error(value).
+[[nodiscard]] Tensor celu(const Tensor& x, double alpha = 1.0);
+/// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (for stability).
+/// Gradient sigmoid(beta x) (1 above the threshold). beta == 0: Error(value).
+[[nodiscard]] Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+/// clamp(x, min_val, max_val); gradient 1 strictly inside (min_val, max_val), 0 at and past
+/// the bounds (PyTorch's hardtanh_backward; clamp's includes the bounds). min_val > max_val:
+/// Error(value).
+[[nodiscard]] Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+/// hardtanh(x, 0, 6).
+[[nodiscard]] Tensor relu6(const Tensor& x);
+/// x * relu6(x + 3) / 6 (Howard et al. 2019, "Searching for MobileNetV3"). Gradient 0 at and
+/// below -3, x / 3 + 1/2 strictly inside (-3, 3), 1 at and above 3 (PyTorch's).
+[[nodiscard]] Tensor hardswish(const Tensor& x);
+/// relu6(x + 3) / 6; gradient 1/6 strictly inside (-3, 3), else 0.
+[[nodiscard]] Tensor hardsigmoid(const Tensor& x);
+/// x * tanh(softplus(x)) (Misra 2019, "Mish: A Self Regularized Non-Monotonic Activation").
+[[nodiscard]] Tensor mish(const Tensor& x);
+/// log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|)), stable for large |x|.
+[[nodiscard]] Tensor logsigmoid(const Tensor& x);
+/// x / (1 + |x|).
+[[nodiscard]] Tensor softsign(const Tensor& x);
+/// Gated linear unit (Dauphin et al. 2017): x split in halves a, b along `dim`, a * sigmoid(b).
+/// The size along dim must be even (Error(shape)); a 0-d input is Error(shape).
+[[nodiscard]] Tensor glu(const Tensor& x, std::int64_t dim = -1);
+
+// ---------------------------------------------------------------------------------------
 // Reductions. dims may be negative; an empty dims list reduces over all dims. keepdim keeps
 // reduced dims with size 1. bf16/f16 accumulate in f32 (f32 too on CUDA; the CPU accumulates
 // every floating dtype in f64). A dim out of range is Error(index) naming the op and shape;
@@ -327,6 +368,41 @@ struct CrossEntropyOptions {
 [[nodiscard]] Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                                 const Tensor& bias = {}, double eps = 1e-5);
 
+/// Batch normalisation (Ioffe & Szegedy 2015), PyTorch's F.batch_norm, over input [N, C, *]
+/// (floating) per channel c: (x - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c].
+/// training: mean/var are the batch's (biased variance over the N * prod(*) values of each
+/// channel, Error(value) unless there are more than 1), and running_mean/running_var ([C],
+/// when given) are updated in place: r = (1 - momentum) r + momentum s, with the unbiased
+/// variance. Otherwise the running statistics normalise (both required: Error(value)).
+/// weight/bias [C] optional; any [C] tensor of another shape is Error(shape); devices must
+/// match. Fused: one statistics kernel (which also updates f32/f64 contiguous running stats)
+/// and one elementwise kernel forward, one reduction and one elementwise kernel backward.
+[[nodiscard]] Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                                const Tensor& weight = {}, const Tensor& bias = {}, bool training = false,
+                                double momentum = 0.1, double eps = 1e-5);
+/// Group normalisation (Wu & He 2018): the C channels of [N, C, *] split into num_groups
+/// groups, each (sample, group) normalised over its C/G * prod(*) values (biased variance),
+/// then weight[c], bias[c] (optional, [C]). C not divisible by num_groups: Error(value).
+[[nodiscard]] Tensor group_norm(const Tensor& input, std::int64_t num_groups, const Tensor& weight = {},
+                                const Tensor& bias = {}, double eps = 1e-5);
+/// Instance normalisation (Ulyanov et al. 2016) of [N, C, *] (at least 3-D), each (sample,
+/// channel) over its spatial values; weight/bias [C] optional. use_input_stats: the
+/// instance statistics (more than 1 spatial value, else Error(value)), and running stats,
+/// when given, move toward their batch means (unbiased variance) with momentum; otherwise
+/// the running statistics normalise, as batch_norm in evaluation mode.
+[[nodiscard]] Tensor instance_norm(const Tensor& input, const Tensor& running_mean = {},
+                                   const Tensor& running_var = {}, const Tensor& weight = {},
+                                   const Tensor& bias = {}, bool use_input_stats = true, double momentum = 0.1,
+                                   double eps = 1e-5);
+/// Root-mean-square normalisation (Zhang & Sennrich 2019) over the trailing normalized_shape:
+/// x / sqrt(mean(x^2) + eps) * weight. eps unset: the dtype's machine epsilon
+/// (torch.finfo(dtype).eps). bf16/f16 compute in f32.
+[[nodiscard]] Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = {},
+                              std::optional<double> eps = std::nullopt);
+/// x / max(||x||_p, eps) along dim (p > 0, inf allowed; Error(value) otherwise). The
+/// gradient at a zero vector is 0 (the clamp is taken on the power sum).
+[[nodiscard]] Tensor normalize(const Tensor& input, double p = 2.0, std::int64_t dim = 1, double eps = 1e-12);
+
 /// Rows of `weight` [V, D] at `indices` (i32/i64, any shape) -> [..., D]. Backward is a
 /// scatter-add into weight's gradient (deterministic order when set_deterministic(true)).
 /// padding_idx: that row gets no gradient. Error(index) for an index outside [0, V).
@@ -351,6 +427,12 @@ struct CrossEntropyOptions {
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training (identity
 /// otherwise). The mask comes from rand() with the seeded generator: the same on CPU and GPU.
 [[nodiscard]] Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+/// Channel dropout (Tompson et al. 2015): in training, whole channels of [N, C, H, W] (or an
+/// unbatched [C, H, W]) are zeroed with probability p and the rest scaled by 1/(1-p); one
+/// draw per (n, c), as dropout's from the seeded generator (the same on CPU and GPU).
+/// Identity when not training or p == 0. Error(value) for p outside [0, 1], Error(shape)
+/// for other ranks, Error(dtype) for non-floating inputs.
+[[nodiscard]] Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true);
 /// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed
 /// order instead of with atomics: reproducible to the bit, slower. Off by default.
 void set_deterministic(bool deterministic);
@@ -387,6 +469,46 @@ struct Conv2dOptions {
 /// out = floor((H + 2p - d (k - 1) - 1) / s) + 1. im2col + GEMM.
 [[nodiscard]] Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                             Conv2dOptions options = {});
+/// Options of conv_transpose2d (PyTorch's argument names).
+struct ConvTranspose2dOptions {
+  std::array<std::int64_t, 2> stride{1, 1};
+  std::array<std::int64_t, 2> padding{0, 0};
+  /// Extra rows/columns at the bottom/right of the output (each < stride or < dilation).
+  std::array<std::int64_t, 2> output_padding{0, 0};
+  std::int64_t groups = 1;
+  std::array<std::int64_t, 2> dilation{1, 1};
+};
+/// 2-D transposed convolution (the gradient of conv2d with respect to its input; Dumoulin &
+/// Visin 2016, "A guide to convolution arithmetic"): input [N, Cin, H, W] (or [Cin, H, W]),
+/// weight [Cin, Cout/groups, kh, kw], bias [Cout] or undefined -> [N, Cout, H', W'] with
+/// H' = (H - 1) s - 2 p + d (kh - 1) + output_padding + 1. One batched GEMM and col2im per
+/// group. Error(shape) for mismatched channels/ranks, Error(dtype) unless input, weight and
+/// bias share a floating dtype, Error(value) for non-positive kernel/stride/dilation,
+/// negative padding, or output_padding not below stride or dilation.
+[[nodiscard]] Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
+                                      ConvTranspose2dOptions options = {});
+/// Options of conv1d.
+struct Conv1dOptions {
+  std::int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+/// 1-D convolution: input [N, C, L] (or [C, L]), weight [O, C/groups, k], bias [O] ->
+/// [N, O, L'], L' = floor((L + 2p - d (k - 1) - 1) / s) + 1; conv2d over a height-1 image.
+[[nodiscard]] Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
+                            Conv1dOptions options = {});
+/// PyTorch's F.pad: `padding` lists (before, after) pairs from the last dim backwards,
+/// (left, right, top, bottom, ...). mode "constant" fills with `value` (negative amounts
+/// crop); "reflect" mirrors without repeating the edge (amounts < the dim's size);
+/// "replicate" repeats the edge; "circular" wraps around (amounts <= the size). The
+/// non-constant modes pad at most the last ndim - 1 dims. Error(value) for another mode or a
+/// bad amount, Error(shape) for an odd-length or too long padding. Gradients sum back into
+/// the copied elements.
+[[nodiscard]] Tensor pad(const Tensor& input, const std::vector<std::int64_t>& padding,
+                         std::string_view mode = "constant", double value = 0.0);
+/// [*, C r^2, H, W] -> [*, C, H r, W r]: each group of r^2 channels tiles an r x r block
+/// (a view chain and one copy). Error(shape) unless the channels divide by r^2.
+[[nodiscard]] Tensor pixel_shuffle(const Tensor& input, std::int64_t upscale_factor);
+/// The inverse of pixel_shuffle: [*, C, H r, W r] -> [*, C r^2, H, W].
+[[nodiscard]] Tensor pixel_unshuffle(const Tensor& input, std::int64_t downscale_factor);
 /// Options of the 2-D pools.
 struct Pool2dOptions {
   ExpandingArray<2> kernel_size{2, 2};
@@ -549,6 +671,18 @@ std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std:
 backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                          std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s, std::int64_t out_h,
                          std::int64_t out_w);
+/// The elementwise op `op` of x with its parameters p0/p1 (clamp's bounds, the activations'
+/// parameters), its backward rule recorded (ops/unary.cpp).
+Tensor unary_op(backend::UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0);
+/// The gradient of an activation of BRRR_ACTIVATION_OPS at input x (ops/activation.cpp).
+Tensor activation_rule(backend::UnaryOp op, const Tensor& g, const Tensor& x, double p0, double p1);
+/// Inverted-dropout noise of `shape` for x: 1 / (1 - p) where rand >= p, else 0, in x's
+/// dtype on x's device (0 < p < 1; ops/dropout.cpp).
+Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
+
+/// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape), summing
+/// overlaps; differentiable (its adjoint is unfold; ops/conv.cpp).
+Tensor fold_cols(const Tensor& cols, const backend::Window2d& g);
 /// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
 Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value);
 

@@ -258,6 +258,10 @@ private:
 
 }  // namespace
 
+std::shared_ptr<ModuleImpl> detail::function_module(std::function<Tensor(const Tensor&)> fn, std::string name) {
+  return std::make_shared<ActivationImpl>(std::move(fn), std::move(name));
+}
+
 // --- handles --------------------------------------------------------------------------------
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias) {

@@ -36,9 +36,6 @@ namespace {
 
 std::string pair_text(std::array<std::int64_t, 2> v) { return "(" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ")"; }
 
-// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape).
-Tensor fold_cols(const Tensor& cols, const backend::Window2d& g);
-
 }  // namespace
 
 // unfold and fold are each other's adjoint: each one's gradient is the other.
@@ -56,9 +53,7 @@ Tensor ops_detail::unfold_with_pad(const Tensor& x, const backend::Window2d& g, 
   return out;
 }
 
-namespace {
-
-Tensor fold_cols(const Tensor& cols, const backend::Window2d& g) {
+Tensor ops_detail::fold_cols(const Tensor& cols, const backend::Window2d& g) {
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -71,6 +66,8 @@ Tensor fold_cols(const Tensor& cols, const backend::Window2d& g) {
                      [g](const autograd::Backward& c) { return autograd::Grads{unfold_with_pad(c.grad(), g, 0.0)}; });
   return out;
 }
+
+namespace {
 
 void check_window_args(const char* op, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                        std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s) {

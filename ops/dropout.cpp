@@ -6,15 +6,26 @@
 // bit-identical on CPU and GPU: the same seed gives the same mask on both. out = x * noise
 // with noise = mask / (1 - p) in x's dtype (PyTorch's _dropout_impl), so the gradient is
 // g * noise (MulBackward). p == 1 gives x * 0 as PyTorch (zeros, NaN where x is NaN/inf).
+// dropout2d draws the same noise once per channel.
 module;
 #include <cmath>
 #include <string>
+#include <vector>
 module brrr.ops;
 import brrr.tensor;
 
 namespace brrr {
 
 using namespace ops_detail;
+
+Tensor ops_detail::dropout_noise(const Tensor& x, const Shape& shape, double p) {
+  NoGradGuard no_grad;
+  DType uniform = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor u = rand(shape, {.dtype = uniform, .device = x.device()});
+  Tensor keep = ge(u, p);
+  return where(keep, full({}, 1.0 / (1.0 - p), {.dtype = x.dtype(), .device = x.device()}),
+               zeros({}, {.dtype = x.dtype(), .device = x.device()}));
+}
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   NvtxRange range("dropout");
@@ -24,16 +35,23 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (!is_floating_point(x.dtype()))
     throw Error::dtype_not_supported("dropout", "expected a floating-point input", x);
   if (p == 1.0) return mul(x, 0.0);
-  Tensor noise;
-  {
-    NoGradGuard no_grad;
-    DType uniform = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    Tensor u = rand(x.shape(), {.dtype = uniform, .device = x.device()});
-    Tensor keep = ge(u, p);
-    noise = where(keep, full({}, 1.0 / (1.0 - p), {.dtype = x.dtype(), .device = x.device()}),
-                  zeros({}, {.dtype = x.dtype(), .device = x.device()}));
-  }
-  return mul(x, noise);
+  return mul(x, dropout_noise(x, x.shape(), p));
+}
+
+// One draw per channel: the noise is [N, C, 1, 1] (or [C, 1, 1]) and broadcasts over H, W.
+Tensor dropout2d(const Tensor& x, double p, bool training) {
+  NvtxRange range("dropout2d");
+  require_defined("dropout2d", x);
+  if (!(p >= 0.0 && p <= 1.0)) throw Error::bad_value("dropout2d", "probability p", p, "in [0, 1]");
+  if (x.dim() != 3 && x.dim() != 4)
+    throw Error(ErrorKind::shape, "dropout2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got " + describe(x));
+  if (!training || p == 0.0) return x;
+  if (!is_floating_point(x.dtype()))
+    throw Error::dtype_not_supported("dropout2d", "expected a floating-point input", x);
+  if (p == 1.0) return mul(x, 0.0);
+  Shape channels = x.shape();
+  channels[channels.size() - 1] = channels[channels.size() - 2] = 1;
+  return mul(x, dropout_noise(x, channels, p));
 }
 
 }  // namespace brrr

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "backend/contract.hpp"
+#include "ops/activation_math.hpp"
 
 namespace brrr::elementwise {
 
@@ -57,6 +58,7 @@ template <UnaryOp OP, class A> BRRR_HD A unary(A x, A lo, A hi) {
   if constexpr (OP == UnaryOp::neg) return -x;
   else if constexpr (OP == UnaryOp::abs) return x < A(0) ? -x : (x == A(0) ? A(0) : x);  // abs(-0.0) = +0.0
   else if constexpr (OP == UnaryOp::relu) return x <= A(0) ? A(0) : x;  // NaN stays NaN
+  else if constexpr (is_activation<OP>) return activation<OP, A>(x, lo, hi);
   else if constexpr (OP == UnaryOp::sign) return A((A(0) < x) - (x < A(0)));
   else if constexpr (OP == UnaryOp::clamp) {
     if constexpr (std::is_floating_point_v<A>)

@@ -3,8 +3,9 @@
 // Forward: one backend reduce over a dims bitmask into a keepdim-shaped output (the
 // reduced dims dropped afterwards by a view). Backward: Tensor ops (so create_graph works):
 // sum expands the gradient back; mean divides it by N; max/min along a dim send it to the
-// returned index; full max/min and amax/amin share it evenly among ties (and among NaNs when
-// the result is NaN); var has its own node (PyTorch's var_backward, also at N <= correction).
+// returned index; full max/min and amax/amin share it evenly among ties; where the result is
+// NaN, full max/min share it among the NaNs and amax/amin give the whole reduced row NaN
+// (PyTorch's amax_backward: no element equals NaN, so it divides by a count of 0); var has its own node (PyTorch's var_backward, also at N <= correction).
 // std and logsumexp are compositions of the above with the elementwise ops, so their
 // backward rules come for free.
 module;
@@ -99,15 +100,16 @@ void record_sum(const char* name, const Tensor& x, const Tensor& out, std::uint3
   });
 }
 
-// max()/min()/amax/amin: the gradient is shared evenly by the elements equal to the result
-// (by the NaNs when the result is NaN).
+// max()/min()/amax/amin: the gradient is shared evenly by the elements equal to the result.
+// A NaN result: max()/min() (nan_to_nans) share it among the NaNs; amax/amin find no equal
+// element, and 0 * (g / 0) makes the whole reduced row NaN, as PyTorch.
 void record_extreme(const char* name, const Tensor& x, const Tensor& kept, const Tensor& out, std::uint32_t mask,
-                    bool keepdim) {
-  autograd::record(name, {x}, {out}, {x, kept}, [mask, keepdim](const Backward& b) {
+                    bool keepdim, bool nan_to_nans) {
+  autograd::record(name, {x}, {out}, {x, kept}, [mask, keepdim, nan_to_nans](const Backward& b) {
     Tensor x = b.saved(0), r = b.saved(1);
     const std::int64_t nd = x.dim();
     Tensor gk = unsqueeze_reduced(b.grad(), mask, nd, keepdim);
-    Tensor hit = where(ne(r, r), ne(x, x), eq(x, r));  // r is NaN ? x is NaN : x == r
+    Tensor hit = nan_to_nans ? where(ne(r, r), ne(x, x), eq(x, r)) : eq(x, r);  // r NaN ? x NaN : x == r
     Tensor count = sum(hit, dims_of(mask, nd), true).to(gk.dtype());
     return Grads{mul(hit.to(gk.dtype()), div(gk, count))};
   });
@@ -160,7 +162,8 @@ Tensor extreme(const char* name, ReduceOp op, const Tensor& x, std::uint32_t mas
   Tensor kept = reduce_forward(name, op, x, mask, x.dtype());
   Tensor out = finish(kept, x.shape(), mask, keepdim);
   if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    record_extreme(backward_name(name), x, kept, out, mask, keepdim);
+    record_extreme(backward_name(name), x, kept, out, mask, keepdim,
+                   std::string_view(name) == "max" || std::string_view(name) == "min");
   return out;
 }
 

@@ -112,6 +112,10 @@ Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, doubl
     case UnaryOp::cos: return neg(mul(g, sin(x)));
     case UnaryOp::erf: return mul(g, mul(exp(neg(mul(x, x))), two_over_sqrt_pi));  // 2/sqrt(pi) e^(-x^2)
     case UnaryOp::sign: return zeros_like(g);
+#define BRRR_CASE(op, ...) case UnaryOp::op:
+    BRRR_ACTIVATION_OPS(BRRR_CASE)
+#undef BRRR_CASE
+      return activation_rule(op, g, x, p0, p1);  // ops/activation.cpp
     case UnaryOp::clamp: {
       // 1 where min <= x <= max (bounds included), else 0: so 0 at NaN, and everywhere when
       // min > max (PyTorch). A min of -inf (max of +inf, also an absent bound) holds for all
@@ -128,7 +132,9 @@ Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, doubl
   return {};
 }
 
-Tensor unary_op(UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0) {
+}  // namespace
+
+Tensor ops_detail::unary_op(UnaryOp op, const Tensor& x, double p0, double p1) {
   if (is_wrapped_number(x)) return number_op(op, x, p0, p1);
   NvtxRange range(name_of(op));
   Tensor out = unary_forward(op, x, p0, p1);
@@ -139,8 +145,6 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0) {
                      });
   return out;
 }
-
-}  // namespace
 
 Tensor neg(const Tensor& x) { return unary_op(UnaryOp::neg, x); }
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::abs, x); }

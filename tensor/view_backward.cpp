@@ -5,7 +5,8 @@
 //   permute/transpose/t                     -> g permuted back
 //   expand/broadcast_to                     -> sum_to_size(g, input shape)
 //   slice/narrow/select/as_strided          -> "embed": g written into zeros of the input's
-//                                              shape at the view's position
+//                                              shape at the view's position (summed where
+//                                              an as_strided view's elements overlap)
 //   contiguous, clone (copies)              -> g
 // Every rule is written with Tensor ops (the embed is itself a differentiable op whose
 // backward re-applies the view), so create_graph gives higher-order gradients.
@@ -17,7 +18,9 @@ module;
 #include <string>
 #include <utility>
 #include <vector>
+#include "backend/contract.hpp"
 module brrr.tensor;
+import brrr.backend;
 
 namespace brrr::view_autograd {
 
@@ -51,6 +54,57 @@ void record_subview(const char* name, const char* embed_name, const Tensor& inpu
   });
 }
 
+// The position in a flat buffer starting at storage position `lo` of each element of the
+// layout, row-major, as an i64 tensor on `device`: sum over dims of ((i / inner_d) % size_d)
+// * stride_d, computed by backend kernels (no host data is uploaded, so no sync).
+Tensor positions(const Layout& l, std::int64_t lo, Device device) {
+  const char* op = "as_strided backward";
+  backend::Backend& be = backend::backend_for(device);
+  const std::int64_t n = l.numel();
+  Tensor index = arange(n, {.dtype = DType::i64, .device = device});
+  Tensor pos = zeros({n}, {.dtype = DType::i64, .device = device});
+  Tensor t = empty({n}, {.dtype = DType::i64, .device = device});
+  be.binary_scalar(backend::BinaryOp::add, backend::output(pos, op), backend::input(pos, op),
+                   static_cast<double>(l.offset - lo), false);
+  std::int64_t inner = 1;
+  for (std::size_t k = l.sizes.size(); k-- > 0;) {
+    const std::int64_t size = l.sizes[k];
+    if (size > 1 && l.strides[k] != 0) {
+      be.binary_scalar(backend::BinaryOp::floor_divide, backend::output(t, op), backend::input(index, op),
+                       static_cast<double>(inner), false);
+      be.binary_scalar(backend::BinaryOp::remainder, backend::output(t, op), backend::input(t, op),
+                       static_cast<double>(size), false);
+      be.binary_scalar(backend::BinaryOp::mul, backend::output(t, op), backend::input(t, op),
+                       static_cast<double>(l.strides[k]), false);
+      be.binary(backend::BinaryOp::add, backend::output(pos, op), backend::input(pos, op), backend::input(t, op));
+    }
+    inner *= size;
+  }
+  return pos;
+}
+
+// zeros({length}) with g summed into the positions of the (overlapping) view: a scatter-add
+// in a fixed order, the adjoint of reading the view. Differentiable in g (its gradient is
+// the view of the gradient, `view`).
+Tensor embed_summed(const Tensor& g, std::int64_t length, const Layout& view_layout, std::int64_t lo,
+                    const ViewFn& view) {
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = zeros({length}, {.dtype = g.dtype(), .device = g.device()});
+    if (g.numel() > 0) {
+      Tensor index = positions(view_layout, lo, g.device());
+      Tensor src = g.contiguous().reshape({g.numel()});
+      backend::backend_for(g.device())
+          .scatter_add(backend::output(out, "as_strided backward"), 0, backend::input(index, "as_strided backward"),
+                       backend::input(src, "as_strided backward"), true, backend::CheckedOp::scatter_add);
+    }
+  }
+  if (autograd::any_requires_grad({g}))
+    autograd::record("AsStridedEmbedBackward", {g}, {out}, [view](const Backward& b) { return Grads{view(b.grad())}; });
+  return out;
+}
+
 // Lowest and highest storage positions a layout reaches (sizes > 0).
 std::pair<std::int64_t, std::int64_t> extent(const Layout& l) {
   std::int64_t lo = l.offset, hi = l.offset;
@@ -80,13 +134,10 @@ bool non_overlapping(const Layout& l) {
 // as_strided addresses the storage, not the input's elements. Its gradient, computed on a
 // flat buffer over the storage positions both layouts reach: g embedded at the view's
 // positions, then read back at the input's positions (an as_strided of the buffer, itself a
-// recorded view). Inputs whose own elements share positions (expanded ones) get the shared
-// position's gradient in each of them.
+// recorded view). Where the view's elements overlap, their gradients are summed into the
+// shared position (PyTorch's rule). Inputs whose own elements share positions (expanded
+// ones) get the shared position's gradient in each of them.
 Tensor as_strided_backward(const Tensor& g, const Layout& input, const Layout& view_layout) {
-  if (!non_overlapping(view_layout))
-    throw Error(ErrorKind::autograd, "as_strided: backward through a view whose elements overlap (sizes " +
-                                         to_string(view_layout.sizes) + ", strides " +
-                                         to_string(view_layout.strides) + ") is not supported");
   std::int64_t lo = 0, hi = -1;
   bool any = false;
   for (const Layout* l : {&input, &view_layout}) {
@@ -101,7 +152,8 @@ Tensor as_strided_backward(const Tensor& g, const Layout& input, const Layout& v
     Tensor flat = buffer.contiguous();
     return flat.as_strided(v.sizes, v.strides, flat.storage_offset() + v.offset - lo);
   };
-  Tensor buffer = embed(g, {length}, view, "AsStridedEmbedBackward");
+  Tensor buffer = non_overlapping(view_layout) ? embed(g, {length}, view, "AsStridedEmbedBackward")
+                                                : embed_summed(g, length, view_layout, lo, view);
   return buffer.as_strided(input.sizes, input.strides, buffer.storage_offset() + input.offset - lo);
 }
 

@@ -1,6 +1,6 @@
-// pytorch/examples cpp/dcgan, ported: a DCGAN (Radford et al. 2016) on 28x28 images. brrr has
-// no ConvTranspose2d or BatchNorm2d layer yet (issue 17 adds them), so this port writes both
-// as user modules, which is what the example also shows: ConvTranspose2d as a matmul and
+// pytorch/examples cpp/dcgan, ported: a DCGAN (Radford et al. 2016) on 28x28 images. It was
+// written before brrr had nn::ConvTranspose2d and nn::BatchNorm2d (they exist now) and keeps
+// its own as user modules, to show how one writes them: ConvTranspose2d as a matmul and
 // fold (col2im), BatchNorm2d with batch statistics and running buffers. The discriminator
 // returns logits and the losses use binary_cross_entropy_with_logits (LibTorch's ends in
 // Sigmoid + binary_cross_entropy: the same loss, computed stably). Images: MNIST-format IDX
@@ -77,7 +77,6 @@ struct BatchNorm2dImpl : nn::ModuleImpl {
 };
 BRRR_MODULE(BatchNorm2d);
 
-Tensor leaky_relu(const Tensor& x, double slope = 0.2) { return maximum(x, x * slope); }
 
 struct DCGANGeneratorImpl : nn::ModuleImpl {
   DCGANGeneratorImpl(std::int64_t noise, std::int64_t w)
@@ -108,9 +107,9 @@ struct DiscriminatorImpl : nn::ModuleImpl {
         bn3(register_module("bn3", BatchNorm2d(w * 4))),
         conv4(register_module("conv4", nn::Conv2d(w * 4, 1, 3, {}, false))) {}
   Tensor forward(const Tensor& x) override {
-    Tensor h = leaky_relu(conv1(x));    // [N, w, 14, 14]
-    h = leaky_relu(bn2(conv2(h)));      // [N, 2w, 7, 7]
-    h = leaky_relu(bn3(conv3(h)));      // [N, 4w, 3, 3]
+    Tensor h = leaky_relu(conv1(x), 0.2);    // [N, w, 14, 14]
+    h = leaky_relu(bn2(conv2(h)), 0.2);      // [N, 2w, 7, 7]
+    h = leaky_relu(bn3(conv3(h)), 0.2);      // [N, 4w, 3, 3]
     return conv4(h).view({-1});         // logits [N]
   }
   nn::Conv2d conv1, conv2;

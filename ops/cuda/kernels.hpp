@@ -108,6 +108,25 @@ int softmax_rows(void* out, const void* in, DType dtype, std::int64_t rows, std:
 int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
                     DType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
 
+// ---- Batch norm over contiguous [N, C, M] (ops/cuda/batch_norm.cu) ----
+// Statistics (mean, invstd, sum_dy, sum_dy_xmu: [C]) are f32 for f32/bf16/f16 data and f64
+// for f64; weight/bias/running stats may be nullptr. Formulas as the contract's kernels.
+
+/// mean[c], invstd[c] = 1/sqrt(var + eps) (biased two-pass variance); running stats updated
+/// with `momentum` (unbiased variance) when given.
+int batch_norm_stats(void* mean, void* invstd, const void* in, DType dtype, std::int64_t n, std::int64_t c,
+                     std::int64_t m, double eps, void* running_mean, void* running_var, double momentum, void* stream);
+/// out = (in - mean[c]) invstd[c] weight[c] + bias[c].
+int batch_norm_elemt(void* out, const void* in, const void* mean, const void* invstd, const void* weight,
+                     const void* bias, DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
+/// sum_dy[c] = sum grad, sum_dy_xmu[c] = sum grad (in - mean[c]).
+int batch_norm_backward_reduce(void* sum_dy, void* sum_dy_xmu, const void* grad, const void* in, const void* mean,
+                               DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
+/// grad_in = (grad - sum_dy/count - (in - mean) invstd^2 sum_dy_xmu/count) invstd weight.
+int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, const void* mean, const void* invstd,
+                              const void* weight, const void* sum_dy, const void* sum_dy_xmu, DType dtype,
+                              std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
+
 // ---- Fused cross entropy (ops/cuda/cross_entropy.cu) ----
 
 /// Per row of contiguous logits [rows, cols] (f32/f64/bf16/f16) and targets [rows] (i64 when

@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <unistd.h>
 #include <random>
 #include <sstream>
 #include <string>
@@ -124,6 +128,34 @@ TEST_CASE("retain_grad keeps a non-leaf's gradient") {
   z.backward();
   CHECK(host(y.grad()) == V{12, 24});
   CHECK(host(x.grad()) == V{36, 72});
+}
+
+TEST_CASE("grad() of a non-leaf without retain_grad warns once, as PyTorch") {
+  // Capture stderr (fd 2) in a file around the reads.
+  char path[] = "/tmp/brrr_grad_warn_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::fflush(stderr);
+  int saved = dup(2);
+  dup2(fd, 2);
+  Tensor x = leaf({1, 2});
+  Tensor y = x * 3;
+  (y * y).sum().backward();
+  CHECK_FALSE(y.grad().defined());
+  CHECK_FALSE((x * 2).grad().defined());  // a second non-leaf: no second warning
+  CHECK(x.grad().defined());              // a leaf: no warning
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path);
+  // Once per process: an earlier case of this suite may already have printed it.
+  std::size_t n = 0;
+  for (std::size_t at = text.find("grad() of a non-leaf"); at != std::string::npos; at = text.find("grad() of a non-leaf", at + 1)) ++n;
+  CHECK(n <= 1);
+  if (n == 1) CHECK(text.find("retain_grad()") != std::string::npos);
 }
 
 TEST_CASE("queue_callback runs once the whole graph is done") {
