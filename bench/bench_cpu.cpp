@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 #include "common.hpp"
+#include "ops/cpu/isa/kernels.hpp"  // the CPU capability in use, printed
 
 using namespace brrr;
 
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
       opt.step();
     });
   }
-  std::printf("threads %d\n", get_num_threads());
+  std::printf("threads %d\ncapability %s\n", get_num_threads(), backend::cpu::isa().name);
   for (auto& [k, v] : r) std::printf("%s %.4f\n", k.c_str(), v);
   std::string json = "{";
   for (auto& [k, v] : r) json += (json.size() > 1 ? ", \"" : "\"") + k + "_ms\": " + std::to_string(v);

@@ -12,6 +12,7 @@ module;
 #include <unordered_map>
 #include <vector>
 
+#include "ops/cpu/isa/kernels.hpp"
 #include "ops/random_transform.hpp"
 #include "backend/contract.hpp"
 #include "backend/stream_check.hpp"
@@ -114,15 +115,27 @@ void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t see
     case Distribution::normal: words_per = rt::words_normal; break;
     case Distribution::integer: words_per = rt::words_integer; break;
   }
-  constexpr std::int64_t chunk = 4096;
+  constexpr std::int64_t chunk = 4096;  // a multiple of 4: whole blocks per chunk
+  const auto philox = cpu::isa().philox_blocks;
+  const auto normal = cpu::isa().normal_f64;
   dispatch(out.dtype, [&]<class T>(T*) {
     auto* p = static_cast<T*>(out.data);
     cpu::parallel_for((out.numel + chunk - 1) / chunk, 4, [&](std::int64_t c0, std::int64_t c1) {
       std::vector<std::uint32_t> w(static_cast<std::size_t>(chunk * words_per));
+      std::vector<double> z(dist == Distribution::normal ? static_cast<std::size_t>(chunk) : 0);
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t e0 = c * chunk, e1 = std::min(out.numel, e0 + chunk);
-        rt::philox_words(seed, offset + static_cast<std::uint64_t>(e0) * words_per, w.data(),
-                         static_cast<std::uint64_t>(e1 - e0) * words_per);
+        const std::uint64_t first = offset + static_cast<std::uint64_t>(e0) * words_per,
+                            count = static_cast<std::uint64_t>(e1 - e0) * words_per;
+        if (first % 4 == 0)  // whole blocks (every draw starts at one): the vectorised kernel
+          philox(seed, first / 4, w.data(), static_cast<std::int64_t>((count + 3) / 4));
+        else
+          rt::philox_words(seed, first, w.data(), count);
+        if (dist == Distribution::normal) {  // Box-Muller in double, vectorised (ops/cpu/isa)
+          normal(w.data(), z.data(), e1 - e0);
+          for (std::int64_t i = e0; i < e1; ++i) p[i] = narrow_to<T>(z[static_cast<std::size_t>(i - e0)]);
+          continue;
+        }
         for (std::int64_t i = e0; i < e1; ++i) {
           const std::size_t k = static_cast<std::size_t>(i - e0);
           switch (dist) {
@@ -132,11 +145,7 @@ void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t see
               else if constexpr (std::is_same_v<T, half>) p[i] = T(rt::uniform_bits(w[k], 11));
               else if constexpr (std::is_same_v<T, bfloat16>) p[i] = T(rt::uniform_bits(w[k], 8));
               break;
-            case Distribution::normal:
-              if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float> || std::is_same_v<T, half> ||
-                            std::is_same_v<T, bfloat16>)
-                p[i] = narrow_to<T>(rt::normal(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]));
-              break;
+            case Distribution::normal: break;  // above
             case Distribution::integer:
               p[i] = narrow_to<T>(rt::integer(w[2 * k], w[2 * k + 1], low, high));
               break;

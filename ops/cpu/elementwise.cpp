@@ -1,7 +1,7 @@
 // CPU kernels of the elementwise ops: unary, binary (tensor-tensor and tensor-scalar) and
 // where. The math is ops/elementwise_math.hpp, shared with the CUDA kernels, except f32 exp:
-// exp_f32 (ops/cpu/loops.hpp), which vectorises. Contiguous operands of one shape take a
-// flat loop split over the intra-op pool.
+// exp_f32 (ops/cpu/loops.hpp), vectorised for the CPU's capability (ops/cpu/isa).
+// Contiguous operands of one shape take a flat loop split over the intra-op pool.
 module;
 #include <cmath>
 #include <cstddef>
@@ -11,6 +11,7 @@ module;
 #include <type_traits>
 
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"
 #include "ops/cpu/loops.hpp"
 #include "ops/elementwise_math.hpp"
 module brrr.backend;
@@ -50,15 +51,11 @@ template <UnaryOp OP> void unary_loop(const Operand& out, const Operand& in, dou
       const auto* x = static_cast<const T*>(in.data);
       const A lo = ew::clamp_bound<A>(p0, false), hi = ew::clamp_bound<A>(p1, true);
       const Operand* ops[2] = {&out, &in};
-      if constexpr (OP == UnaryOp::exp && std::is_same_v<T, float>) {  // vectorised (ops/cpu/loops.hpp)
-        // Local restrict pointers per chunk: captured by reference they would be reloaded
-        // each element (they might alias the output) and the loop would not vectorise.
-        if (out.numel >= 2 * elementwise_grain && is_contiguous(out) && is_contiguous(in) && in.numel == out.numel) {
-          cpu::parallel_for(out.numel, elementwise_grain, [&](std::int64_t i0, std::int64_t i1) {
-            float* __restrict po = o + i0;
-            const float* __restrict px = x + i0;
-            for (std::int64_t i = 0; i < i1 - i0; ++i) po[i] = exp_f32(px[i]);
-          });
+      if constexpr (OP == UnaryOp::exp && std::is_same_v<T, float>) {  // vectorised (ops/cpu/isa)
+        if (is_contiguous(out) && is_contiguous(in) && in.numel == out.numel) {
+          const auto exp_array = isa().exp_f32;
+          cpu::parallel_for(out.numel, elementwise_grain,
+                            [&](std::int64_t i0, std::int64_t i1) { exp_array(x + i0, o + i0, i1 - i0); });
         } else {
           for_each(ops, [&](const std::int64_t* off) { o[off[0]] = exp_f32(x[off[1]]); });
         }

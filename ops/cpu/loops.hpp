@@ -1,7 +1,7 @@
-// Loop helpers shared by CPU kernel files (plain header: no module interface change).
-// pairwise_sum: error O(log n) ulps
-// instead of O(n) (Higham, "The accuracy of floating point summation", SIAM J. Sci.
-// Comput. 14(4), 1993), the leaves keeping 8 independent partial sums so they vectorise.
+// Loop helpers shared by CPU kernel files (plain header: no module interface change). The
+// pairwise sums (error O(log n) ulps instead of O(n): Higham, "The accuracy of floating point
+// summation", SIAM J. Sci. Comput. 14(4), 1993) are in ops/cpu/isa/kernels.inc, compiled
+// per CPU capability.
 #pragma once
 #include <bit>
 #include <cstdint>
@@ -9,20 +9,6 @@
 #include "backend/contract.hpp"
 
 namespace brrr::backend::cpu {
-
-template <class A> A pairwise_sum(const A* x, std::int64_t n) {
-  constexpr std::int64_t leaf = 256;
-  if (n > leaf) {
-    std::int64_t h = (n / 2 + 7) / 8 * 8;
-    return pairwise_sum(x, h) + pairwise_sum(x + h, n - h);
-  }
-  A p[8] = {};
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) p[j] += x[i + j];
-  for (int j = 0; i < n; ++i, ++j) p[j] += x[i];
-  return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
 
 /// True when o's elements lie row-major without gaps (dims of size 1 ignored).
 inline bool is_contiguous(const Operand& o) {

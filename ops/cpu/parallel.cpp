@@ -5,6 +5,7 @@ module;
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -44,23 +45,19 @@ public:
   Pool() : size_(default_threads()) {}
   ~Pool() { resize(1); }
 
-  int size() {
-    std::lock_guard lock(region_);
-    return size_;
-  }
-
-  void set_size(int n) {
-    std::lock_guard lock(region_);
-    size_ = n;
-  }
+  // Lock-free: a kernel inside a region (on the region's own thread) may ask for the size.
+  // A new size takes effect at the next region.
+  int size() const { return size_.load(std::memory_order_relaxed); }
+  void set_size(int n) { size_.store(n, std::memory_order_relaxed); }
 
   void run(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& f) {
     if (in_worker) return f(0, n);  // checked first: the region's owner may be this thread
     std::unique_lock region(region_, std::try_to_lock);
-    if (!region.owns_lock() || size_ <= 1) return f(0, n);
-    std::int64_t chunks = std::min<std::int64_t>(size_, (n + grain - 1) / std::max<std::int64_t>(grain, 1));
+    const int size = size_.load(std::memory_order_relaxed);
+    if (!region.owns_lock() || size <= 1) return f(0, n);
+    std::int64_t chunks = std::min<std::int64_t>(size, (n + grain - 1) / std::max<std::int64_t>(grain, 1));
     if (chunks <= 1) return f(0, n);
-    resize(size_);
+    resize(size);
     in_worker = true;  // the caller's own chunk: nested regions run inline
     struct Restore {
       ~Restore() { in_worker = false; }
@@ -131,7 +128,7 @@ private:
   }
 
   std::mutex region_;  // held by the thread running a parallel region
-  int size_;
+  std::atomic<int> size_;
   std::mutex mutex_;   // guards the job below
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;

@@ -21,6 +21,7 @@ module;
 #include <type_traits>
 #include <vector>
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"
 #include "ops/cpu/loops.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -40,7 +41,13 @@ template <class W> bool is_nan(W v) {
 
 constexpr std::int64_t block = std::int64_t{1} << 15;  // a full sum's unit of parallel work
 
-// A row of any length: fixed blocks summed in parallel, then their sums pairwise.
+// A row of any length: fixed blocks summed in parallel, then their sums pairwise (the
+// pairwise sum of the CPU's capability, ops/cpu/isa/kernels.inc).
+template <class A> A pairwise_sum(const A* x, std::int64_t n) {
+  if constexpr (std::is_same_v<A, float>) return isa().sum_f32(x, n);
+  else return isa().sum_f64(x, n);
+}
+
 template <class A> A row_sum(const A* x, std::int64_t n) {
   if (n <= block) return pairwise_sum(x, n);
   std::int64_t blocks = (n + block - 1) / block;

@@ -2,7 +2,8 @@
 // over the last dim of a contiguous [rows, cols] operand. The CPU backend is the reference
 // the CUDA kernels are tested against, so rows are computed in double (max, sum of exp,
 // mean, two-pass biased variance, log-sum-exp) and rounded once to the output dtype; f32
-// softmax computes in f32 with a pairwise sum, as the CUDA kernel's accumulate_t does. Rows
+// softmax computes in f32 with a pairwise sum, as the CUDA kernel's accumulate_t does,
+// vectorised for the CPU's capability (ops/cpu/isa/kernels.hpp). Rows
 // are split over the intra-op pool. Semantics as PyTorch: a row of all
 // -inf gives NaN (exp(-inf - -inf)), +inf or NaN in a row makes the whole row NaN.
 module;
@@ -13,6 +14,7 @@ module;
 #include <string>
 #include <type_traits>
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"
 #include "ops/cpu/loops.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -57,26 +59,13 @@ void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
     if constexpr (!is_floating<T>) {
       not_floating(log ? "log_softmax" : "softmax", in.dtype);
     } else if constexpr (std::is_same_v<T, float>) {
-      // f32 in f32 (the CUDA kernel's accumulate_t): exp(x - max) into the output (the
-      // vectorised exp_f32 of ops/cpu/loops.hpp), its pairwise sum, then one scaling pass.
+      // f32 in f32 (the CUDA kernel's accumulate_t), by the kernel of the CPU's capability
+      // (ops/cpu/isa/kernels.inc: max, exp_f32 fused with a pairwise sum, one scaling pass).
       const auto* x = static_cast<const float*>(in.data);
       auto* y = static_cast<float*>(out.data);
+      const auto softmax_rows = isa().softmax_f32;
       cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r) {
-          const float* __restrict xr = x + r * cols;  // restrict: the loops vectorise
-          float* __restrict yr = y + r * cols;
-          float m = -std::numeric_limits<float>::infinity();
-          for (std::int64_t c = 0; c < cols; ++c) m = std::fmax(m, xr[c]);
-          for (std::int64_t c = 0; c < cols; ++c) yr[c] = exp_f32(xr[c] - m);
-          const float s = pairwise_sum(yr, cols);
-          if (log) {
-            const float ls = std::log(s);  // (x - m) - ls: x - m is exact near the max
-            for (std::int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - m) - ls;
-          } else {
-            const float inv = 1.0f / s;
-            for (std::int64_t c = 0; c < cols; ++c) yr[c] *= inv;
-          }
-        }
+        softmax_rows(x + r0 * cols, y + r0 * cols, r1 - r0, cols, log);
       });
     } else {
       const auto* x = static_cast<const T*>(in.data);
