@@ -29,6 +29,7 @@ inline float exp_f32(float x) {
   const float hi = 88.72283935546875f, lo = -103.97208404541016f;
   float xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
+  xc = xc != xc ? 0.0f : xc;  // NaN: a finite stand-in (converting NaN to int is undefined)
   const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float n = (xc * 1.44269504088896341f + magic) - magic;
   float r = xc - n * 0.693359375f;

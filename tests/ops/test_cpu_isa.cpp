@@ -27,7 +27,8 @@ namespace {
 const Capability all[] = {Capability::baseline, Capability::avx2, Capability::avx512};
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  if (a.size() != b.size()) return false;
+  return a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Distance in representable floats (finite, same sign or across zero).
