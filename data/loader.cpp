@@ -19,6 +19,7 @@ module;
 module brrr.data;
 import brrr.tensor;
 import brrr.cuda;
+import brrr.backend;
 
 namespace brrr::data {
 
@@ -77,6 +78,7 @@ struct DataLoader::State {
     ++epoch;
     bool pin = options.device.is_cuda();
     worker = std::thread([this, plan = std::move(plan), pin] {
+      backend::run_kernels_inline_on_this_thread();  // the intra-op pool is the training thread's
       try {
         auto fields = dataset->fields();
         for (const auto& indices : plan) {

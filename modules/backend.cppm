@@ -87,6 +87,15 @@ struct GeneratorState {
 GeneratorState& generator(Device device);
 void seed_all(std::uint64_t seed);
 
+/// The CPU backend's intra-op thread pool (ops/cpu/parallel.cpp): its size, the calling
+/// thread included. Defaults to BRRR_NUM_THREADS, else the cores the process may use
+/// (sched_getaffinity). set_num_threads throws Error(value) unless n >= 1.
+void set_num_threads(int n);
+int get_num_threads();
+/// Makes the calling thread run its CPU kernels inline, never in the pool (DataLoader
+/// workers call it, as PyTorch's workers run with one intra-op thread: no oversubscription).
+void run_kernels_inline_on_this_thread();
+
 // ---------------------------------------------------------------------------------------
 // CUDA runtime internals (all safe to call without a GPU: they report none or throw). With
 // CUDA they are cuda/runtime.cpp, allocator.cpp, pinned.cpp and device_errors.cpp; a build
@@ -378,6 +387,14 @@ void copy_host_to_device(void* dst, const void* src, std::size_t bytes, int devi
 // storage types of backend/contract.hpp (brrr::half, brrr::bfloat16, std::uint8_t for bool),
 // converted by its rules (load, widen, narrow_to).
 namespace brrr::backend::cpu {
+
+/// Splits [0, n) into at most get_num_threads() contiguous chunks of at least `grain`
+/// indices and runs f(begin, end) on each, the calling thread taking the first; returns
+/// when all are done and rethrows the first exception a chunk threw. Runs f(0, n) inline
+/// when one chunk suffices, when called from a pool worker (no nesting) or while another
+/// thread holds the pool (a DataLoader worker, say): the pool never runs more threads than
+/// its size. Chunks must write disjoint data.
+void parallel_for(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& f);
 
 /// Calls f(static_cast<T*>(nullptr)) with the element type of `dtype`.
 template <class F> void dispatch(DType dtype, F&& f) { with_element_type<half, bfloat16>(dtype, f); }

@@ -8,7 +8,8 @@
 // operand). Otherwise the operand is made contiguous first. When b has no batch dims, a's
 // batch and row dims fold into one big GEMM where a's strides allow it.
 // Backward: grad_a = g @ b^T, grad_b = a^T @ g (summed over broadcast batch dims), written
-// with ops so that create_graph records them.
+// with ops so that create_graph records them; grad_b = (g^T a)^T when b is a transposed
+// contiguous matrix, so a Linear weight's gradient arrives contiguous.
 module;
 #include <algorithm>
 #include <atomic>
@@ -219,7 +220,12 @@ autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Te
   }
   if (c.needs(1)) {
     Tensor r;
-    if (B.dim() == 2 && g.dim() > 2) {
+    if (B.dim() == 2 && B.size(0) > 1 && B.size(1) > 1 && B.stride(0) == 1 && B.stride(1) == B.size(0)) {
+      // B is the transpose of a contiguous [n, k] tensor (Linear's weight.t()): compute that
+      // tensor's gradient, g^T A, contiguous and return its transpose, so the gradient that
+      // reaches the weight through the t() view is contiguous (no copy when accumulated).
+      r = matmul(g.reshape({-1, p.n}).t(), A.reshape({-1, p.k})).t();  // [k, n]
+    } else if (B.dim() == 2 && g.dim() > 2) {
       // sum over the batch of A[i]^T g[i] = (A's rows stacked)^T (g's rows stacked).
       r = matmul(A.reshape({-1, p.k}).t(), g.reshape({-1, p.n}));  // [k, n]
     } else {

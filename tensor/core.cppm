@@ -621,6 +621,13 @@ private:
 [[nodiscard]] Tensor full_like(const Tensor& like, double value,
                                std::optional<TensorOptions> options = {});
 
+/// The size of the CPU backend's intra-op thread pool (the calling thread included), used
+/// by GEMM, elementwise ops, reductions and row ops above a size threshold. Defaults to the
+/// environment's BRRR_NUM_THREADS, else the cores the process may use (its CPU affinity).
+/// set_num_threads throws Error(value) unless n >= 1; it takes effect at the next op.
+void set_num_threads(int n);
+int get_num_threads();
+
 /// Seeds the generators of every device (CPU and each CUDA device) and resets their
 /// offsets: the same seed gives bit-identical rand/randint on CPU and GPU, and randn equal
 /// to the last bit of the dtype (f32 measured identical).

@@ -1,6 +1,7 @@
 // The CPU backend: plain C++ loops over strided operands (Eigen joins with the math ops).
 // Also the backend registry, operand building and the generator states.
 module;
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@ module;
 #include <unordered_map>
 #include <vector>
 
+#include "ops/cpu/isa/kernels.hpp"
 #include "ops/random_transform.hpp"
 #include "backend/contract.hpp"
 #include "backend/stream_check.hpp"
@@ -70,17 +72,6 @@ void* output_data(const Tensor& t, const char* op) {
   return t.data_ptr();
 }
 
-namespace {
-
-// The Philox words of a draw: cuRAND's, made on the host (ops/random_transform.hpp).
-std::vector<std::uint32_t> host_words(std::uint64_t seed, std::uint64_t offset, std::size_t n) {
-  std::vector<std::uint32_t> words(n);
-  random_transform::philox_words(seed, offset, words.data(), n);
-  return words;
-}
-
-}  // namespace
-
 void CpuBackend::fill(const Operand& out, double value) {
   dispatch(out.dtype, [&]<class T>(T*) {
     auto* p = static_cast<T*>(out.data);
@@ -112,32 +103,56 @@ void CpuBackend::arange(const Operand& out, double start, double step) {
   });
 }
 
+// Element i consumes words [per * i, per * (i + 1)) of the draw, so any range of elements
+// can make its own words: chunks of 4096 elements run on the intra-op pool, each with a
+// small buffer, and the numbers do not depend on the thread count.
 void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset,
-                      std::int64_t low, std::int64_t high) {
+                        std::int64_t low, std::int64_t high) {
   namespace rt = random_transform;
-  std::uint64_t n = random_words(dist, out.dtype, out.numel);
-  std::vector<std::uint32_t> w = host_words(seed, offset, n);
+  std::uint64_t words_per = 0;
+  switch (dist) {
+    case Distribution::uniform: words_per = out.dtype == DType::f64 ? rt::words_uniform_f64 : rt::words_uniform; break;
+    case Distribution::normal: words_per = rt::words_normal; break;
+    case Distribution::integer: words_per = rt::words_integer; break;
+  }
+  constexpr std::int64_t chunk = 4096;  // a multiple of 4: whole blocks per chunk
+  const auto philox = cpu::isa().philox_blocks;
+  const auto normal = cpu::isa().normal_f64;
   dispatch(out.dtype, [&]<class T>(T*) {
     auto* p = static_cast<T*>(out.data);
-    for (std::int64_t i = 0; i < out.numel; ++i) {
-      std::size_t k = static_cast<std::size_t>(i);
-      switch (dist) {
-        case Distribution::uniform:
-          if constexpr (std::is_same_v<T, double>) p[i] = rt::uniform53(w[2 * k], w[2 * k + 1]);
-          else if constexpr (std::is_same_v<T, float>) p[i] = rt::uniform_bits(w[k], 24);
-          else if constexpr (std::is_same_v<T, half>) p[i] = T(rt::uniform_bits(w[k], 11));
-          else if constexpr (std::is_same_v<T, bfloat16>) p[i] = T(rt::uniform_bits(w[k], 8));
-          break;
-        case Distribution::normal:
-          if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float> || std::is_same_v<T, half> ||
-                        std::is_same_v<T, bfloat16>)
-            p[i] = narrow_to<T>(rt::normal(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]));
-          break;
-        case Distribution::integer:
-          p[i] = narrow_to<T>(rt::integer(w[2 * k], w[2 * k + 1], low, high));
-          break;
+    cpu::parallel_for((out.numel + chunk - 1) / chunk, 4, [&](std::int64_t c0, std::int64_t c1) {
+      std::vector<std::uint32_t> w(static_cast<std::size_t>(chunk * words_per));
+      std::vector<double> z(dist == Distribution::normal ? static_cast<std::size_t>(chunk) : 0);
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const std::int64_t e0 = c * chunk, e1 = std::min(out.numel, e0 + chunk);
+        const std::uint64_t first = offset + static_cast<std::uint64_t>(e0) * words_per,
+                            count = static_cast<std::uint64_t>(e1 - e0) * words_per;
+        if (first % 4 == 0)  // whole blocks (every draw starts at one): the vectorised kernel
+          philox(seed, first / 4, w.data(), static_cast<std::int64_t>((count + 3) / 4));
+        else
+          rt::philox_words(seed, first, w.data(), count);
+        if (dist == Distribution::normal) {  // Box-Muller in double, vectorised (ops/cpu/isa)
+          normal(w.data(), z.data(), e1 - e0);
+          for (std::int64_t i = e0; i < e1; ++i) p[i] = narrow_to<T>(z[static_cast<std::size_t>(i - e0)]);
+          continue;
+        }
+        for (std::int64_t i = e0; i < e1; ++i) {
+          const std::size_t k = static_cast<std::size_t>(i - e0);
+          switch (dist) {
+            case Distribution::uniform:
+              if constexpr (std::is_same_v<T, double>) p[i] = rt::uniform53(w[2 * k], w[2 * k + 1]);
+              else if constexpr (std::is_same_v<T, float>) p[i] = rt::uniform_bits(w[k], 24);
+              else if constexpr (std::is_same_v<T, half>) p[i] = T(rt::uniform_bits(w[k], 11));
+              else if constexpr (std::is_same_v<T, bfloat16>) p[i] = T(rt::uniform_bits(w[k], 8));
+              break;
+            case Distribution::normal: break;  // above
+            case Distribution::integer:
+              p[i] = narrow_to<T>(rt::integer(w[2 * k], w[2 * k + 1], low, high));
+              break;
+          }
+        }
       }
-    }
+    });
   });
 }
 

@@ -1,13 +1,18 @@
 // CPU kernels of the elementwise ops: unary, binary (tensor-tensor and tensor-scalar) and
-// where. The math is ops/elementwise_math.hpp, shared with the CUDA kernels.
+// where. The math is ops/elementwise_math.hpp, shared with the CUDA kernels, except f32 exp:
+// exp_f32 (ops/cpu/loops.hpp), vectorised for the CPU's capability (ops/cpu/isa).
+// Contiguous operands of one shape take a flat loop split over the intra-op pool.
 module;
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
 
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"
+#include "ops/cpu/loops.hpp"
 #include "ops/elementwise_math.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -24,6 +29,18 @@ namespace {
                                     " (the op layer converts first)");
 }
 
+// Large contiguous operands of one shape: f(i) over [0, n) split over the intra-op pool.
+template <std::size_t N, class F> bool contiguous_parallel(const Operand* const (&ops)[N], F&& f) {
+  const std::int64_t n = ops[0]->numel;
+  if (n < 2 * elementwise_grain) return false;
+  for (const Operand* o : ops)
+    if (o->numel != n || !is_contiguous(*o)) return false;
+  cpu::parallel_for(n, elementwise_grain, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) f(i);
+  });
+  return true;
+}
+
 template <UnaryOp OP> void unary_loop(const Operand& out, const Operand& in, double p0, double p1) {
   dispatch(out.dtype, [&]<class T>(T*) {
     if constexpr (!ew::has_unary_kernel<OP, T>) {
@@ -34,6 +51,18 @@ template <UnaryOp OP> void unary_loop(const Operand& out, const Operand& in, dou
       const auto* x = static_cast<const T*>(in.data);
       const A lo = ew::clamp_bound<A>(p0, false), hi = ew::clamp_bound<A>(p1, true);
       const Operand* ops[2] = {&out, &in};
+      if constexpr (OP == UnaryOp::exp && std::is_same_v<T, float>) {  // vectorised (ops/cpu/isa)
+        if (is_contiguous(out) && is_contiguous(in) && in.numel == out.numel) {
+          const auto exp_array = isa().exp_f32;
+          cpu::parallel_for(out.numel, elementwise_grain,
+                            [&](std::int64_t i0, std::int64_t i1) { exp_array(x + i0, o + i0, i1 - i0); });
+        } else {
+          for_each(ops, [&](const std::int64_t* off) { o[off[0]] = exp_f32(x[off[1]]); });
+        }
+        return;
+      }
+      if (contiguous_parallel(ops, [&](std::int64_t i) { o[i] = narrow_to<T>(ew::unary<OP, A>(load<T>(x[i]), lo, hi)); }))
+        return;
       for_each(ops, [&](const std::int64_t* off) {
         o[off[0]] = narrow_to<T>(ew::unary<OP, A>(load<T>(x[off[1]]), lo, hi));
       });
@@ -65,6 +94,11 @@ template <BinaryOp OP> void binary_loop(const Operand& out, const Operand& a, co
         });
       } else {
         auto* o = static_cast<T*>(out.data);
+        if constexpr (!is_rounding_division(OP))  // those check divisors and throw: keep them serial
+          if (contiguous_parallel(ops, [&](std::int64_t i) {
+                o[i] = narrow_to<T>(ew::binary<OP, A>(load<T>(pa[i]), load<T>(pb[i])));
+              }))
+            return;
         for_each(ops, [&](const std::int64_t* off) {
           const A bv = load<T>(pb[off[2]]);
           check_divisor<OP>(bv, b.dtype);
@@ -93,6 +127,8 @@ template <BinaryOp OP> void binary_scalar_loop(const Operand& out, const Operand
         for_each(ops, [&](const std::int64_t* off) { o[off[0]] = f(load<T>(pa[off[1]])) != A(0); });
       } else {
         auto* o = static_cast<T*>(out.data);
+        if constexpr (!is_rounding_division(OP))
+          if (contiguous_parallel(ops, [&](std::int64_t i) { o[i] = narrow_to<T>(f(load<T>(pa[i]))); })) return;
         for_each(ops, [&](const std::int64_t* off) { o[off[0]] = narrow_to<T>(f(load<T>(pa[off[1]]))); });
       }
     }

@@ -1,14 +1,24 @@
-// CpuBackend::gemm: C[b] = alpha * A[b] @ B[b] + beta * C[b] with Eigen.
-// A and B are mapped in place (Eigen::Map) as row-major or column-major matrices with an
-// outer stride, whichever their strides are; an operand with neither inner stride 1 is
-// gathered into a dense matrix first. f32 and f64 multiply in their own type; bf16 and f16
-// are widened to f32, multiplied there and rounded once when stored (as cuBLAS does with
-// CUBLAS_COMPUTE_32F). Batch strides may be 0 (a broadcast operand).
+// CpuBackend::gemm: C[b] = alpha * A[b] @ B[b] + beta * C[b] with OpenBLAS's cblas_?gemm.
+// Debian's OpenBLAS is built with DYNAMIC_ARCH: it picks its kernels (Haswell AVX2+FMA,
+// SkylakeX/Cooperlake AVX-512, Zen, ... or a baseline one) from the CPU at run time, so one
+// binary runs the machine's best kernel (docs/architecture.md has the comparison that chose
+// it). OpenBLAS itself runs single-threaded; brrr's pool (ops/cpu/parallel.cpp) splits C
+// into row (or column) blocks, one cblas call each, so GEMM shares the one intra-op pool.
+// A and B are passed in place as row-major or transposed operands with their leading
+// dimension, whichever their strides are; an operand that is neither (broadcast rows, say)
+// is gathered into a dense matrix first. f32 and f64 multiply in their own type; bf16 and
+// f16 are widened to f32, multiplied there and rounded once when stored (as cuBLAS does
+// with CUBLAS_COMPUTE_32F). Batch strides may be 0 (a broadcast operand).
 module;
-#include <Eigen/Dense>
+#include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
 #include <string>
+#include <vector>
 #include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -17,55 +27,95 @@ namespace brrr::backend {
 
 namespace {
 
-using Eigen::Dynamic;
-using Eigen::Index;
-template <class T> using RowMat = Eigen::Matrix<T, Dynamic, Dynamic, Eigen::RowMajor>;
-template <class T> using ColMat = Eigen::Matrix<T, Dynamic, Dynamic, Eigen::ColMajor>;
-template <class T> using RowMap = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
-template <class T> using ColMap = Eigen::Map<const ColMat<T>, 0, Eigen::OuterStride<>>;
-template <class T> using AnyMap = Eigen::Map<const RowMat<T>, 0, Eigen::Stride<Dynamic, Dynamic>>;
+// Below this many multiply-adds per block, splitting costs more than it saves.
+constexpr std::int64_t min_block_macs = std::int64_t{1} << 20;
 
-// Calls f(matrix) with p viewed as a [rows, cols] matrix with strides (rs, cs): a row-major
-// map when columns are contiguous, a column-major one when rows are, else a dense copy.
-template <class T, class F>
-void with_matrix(const T* p, std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs, F&& f) {
-  if (cs == 1 || cols <= 1) {
-    f(RowMap<T>(p, rows, cols, Eigen::OuterStride<>(rows <= 1 ? cols : rs)));
-  } else if (rs == 1 || rows <= 1) {
-    f(ColMap<T>(p, rows, cols, Eigen::OuterStride<>(cols <= 1 ? rows : cs)));
-  } else {
-    RowMat<T> dense = AnyMap<T>(p, rows, cols, Eigen::Stride<Dynamic, Dynamic>(rs, cs));
-    f(RowMap<T>(dense.data(), rows, cols, Eigen::OuterStride<>(cols)));
+void use_one_openblas_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// A [rows, cols] operand as cblas takes it: row-major (NoTrans) or transposed, leading dim.
+template <class T> struct MatrixView {
+  const T* data;
+  CBLAS_TRANSPOSE trans;
+  std::int64_t ld;
+  const T* row(std::int64_t r) const { return trans == CblasNoTrans ? data + r * ld : data + r; }
+  const T* col(std::int64_t c) const { return trans == CblasNoTrans ? data + c : data + c * ld; }
+};
+
+template <class T>
+MatrixView<T> view(const T* p, std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs,
+                   std::vector<T>& dense) {
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) return {p, CblasNoTrans, rows == 1 ? std::max<std::int64_t>(cols, 1) : rs};
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) return {p, CblasTrans, cols == 1 ? std::max<std::int64_t>(rows, 1) : cs};
+  dense.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) dense[r * cols + c] = p[r * rs + c * cs];
+  return {dense.data(), CblasNoTrans, std::max<std::int64_t>(cols, 1)};
+}
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+               const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+               const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// One product C = alpha A B + beta C (C [m, n] contiguous), split over the pool.
+template <class T>
+void product(const MatrixView<T>& A, const MatrixView<T>& B, T* C, std::int64_t m, std::int64_t n, std::int64_t k,
+             T alpha, T beta, bool split) {
+  if (k == 0) {  // cblas would leave C alone for beta == 0; the contract makes it beta * C
+    for (std::int64_t i = 0; i < m * n; ++i) C[i] = beta == 0 ? T(0) : beta * C[i];
+    return;
+  }
+  std::int64_t macs = std::max<std::int64_t>(1, n * k);
+  if (!split || m * n * k < 2 * min_block_macs) {
+    blas_gemm(A.trans, B.trans, m, n, k, alpha, A.data, A.ld, B.data, B.ld, beta, C, n);
+  } else if (m >= n) {  // blocks of rows of C
+    cpu::parallel_for(m, std::max<std::int64_t>(1, min_block_macs / macs), [&](std::int64_t r0, std::int64_t r1) {
+      blas_gemm(A.trans, B.trans, r1 - r0, n, k, alpha, A.row(r0), A.ld, B.data, B.ld, beta, C + r0 * n, n);
+    });
+  } else {  // blocks of columns of C
+    cpu::parallel_for(n, std::max<std::int64_t>(1, min_block_macs / std::max<std::int64_t>(1, m * k)),
+                      [&](std::int64_t c0, std::int64_t c1) {
+                        blas_gemm(A.trans, B.trans, m, c1 - c0, k, alpha, A.data, A.ld, B.col(c0), B.ld, beta, C + c0, n);
+                      });
   }
 }
 
-// f32 / f64: Eigen's GEMM straight on the operands.
+// f32 / f64: cblas straight on the operands.
 template <class T> void gemm_native(const GemmArgs& g) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
   const T alpha = static_cast<T>(g.alpha), beta = static_cast<T>(g.beta);
-  for (std::int64_t i = 0; i < g.batch; ++i) {
-    Eigen::Map<RowMat<T>> C(c + i * g.m * g.n, g.m, g.n);
-    with_matrix(a + i * g.a_batch_stride, g.m, g.k, g.a_row_stride, g.a_col_stride, [&](const auto& A) {
-      with_matrix(b + i * g.b_batch_stride, g.k, g.n, g.b_row_stride, g.b_col_stride, [&](const auto& B) {
-        if (g.beta == 0) {  // C is not read: it may hold anything, NaN included
-          if (g.alpha == 1) C.noalias() = A * B;
-          else C.noalias() = alpha * (A * B);
-        } else {
-          C = beta * C;
-          C.noalias() += alpha * (A * B);
-        }
-      });
-    });
+  auto one = [&](std::int64_t i, bool split) {
+    std::vector<T> da, db;
+    auto A = view(a + i * g.a_batch_stride, g.m, g.k, g.a_row_stride, g.a_col_stride, da);
+    auto B = view(b + i * g.b_batch_stride, g.k, g.n, g.b_row_stride, g.b_col_stride, db);
+    product(A, B, c + i * g.m * g.n, g.m, g.n, g.k, alpha, beta, split);
+  };
+  // Many products: one per chunk of the batch; few: split each one.
+  if (g.batch >= 2 * get_num_threads()) {
+    cpu::parallel_for(g.batch, std::max<std::int64_t>(1, min_block_macs / std::max<std::int64_t>(1, g.m * g.n * g.k)),
+                      [&](std::int64_t b0, std::int64_t b1) {
+                        for (std::int64_t i = b0; i < b1; ++i) one(i, false);
+                      });
+  } else {
+    for (std::int64_t i = 0; i < g.batch; ++i) one(i, true);
   }
 }
 
 // bf16 / f16: widen to f32, multiply, round once.
-template <class T> RowMat<float> widen(const T* p, std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
-  RowMat<float> m(rows, cols);
+template <class T>
+std::vector<float> widen(const T* p, std::int64_t rows, std::int64_t cols, std::int64_t rs, std::int64_t cs) {
+  std::vector<float> m(static_cast<std::size_t>(rows * cols));
   for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t col = 0; col < cols; ++col) m(r, col) = static_cast<float>(p[r * rs + col * cs]);
+    for (std::int64_t col = 0; col < cols; ++col) m[r * cols + col] = static_cast<float>(p[r * rs + col * cs]);
   return m;
 }
 
@@ -74,19 +124,19 @@ template <class T> void gemm_widened(const GemmArgs& g) {
   const T* b = static_cast<const T*>(g.b);
   T* c = static_cast<T*>(g.c);
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+  std::vector<float> C(static_cast<std::size_t>(g.m * g.n));
   for (std::int64_t i = 0; i < g.batch; ++i) {
-    RowMat<float> A = widen(a + i * g.a_batch_stride, g.m, g.k, g.a_row_stride, g.a_col_stride);
-    RowMat<float> B = widen(b + i * g.b_batch_stride, g.k, g.n, g.b_row_stride, g.b_col_stride);
-    RowMat<float> C(g.m, g.n);
-    C.noalias() = A * B;
+    auto A = widen(a + i * g.a_batch_stride, g.m, g.k, g.a_row_stride, g.a_col_stride);
+    auto B = widen(b + i * g.b_batch_stride, g.k, g.n, g.b_row_stride, g.b_col_stride);
+    product(MatrixView<float>{A.data(), CblasNoTrans, std::max<std::int64_t>(g.k, 1)},
+            MatrixView<float>{B.data(), CblasNoTrans, std::max<std::int64_t>(g.n, 1)}, C.data(), g.m, g.n, g.k, 1.0f,
+            0.0f, true);
     T* ci = c + i * g.m * g.n;
-    for (std::int64_t r = 0; r < g.m; ++r)
-      for (std::int64_t col = 0; col < g.n; ++col) {
-        T& out = ci[r * g.n + col];
-        float v = alpha * C(r, col);
-        if (g.beta != 0) v += beta * static_cast<float>(out);
-        out = T(v);
-      }
+    for (std::int64_t j = 0; j < g.m * g.n; ++j) {
+      float v = alpha * C[j];
+      if (g.beta != 0) v += beta * static_cast<float>(ci[j]);
+      ci[j] = T(v);
+    }
   }
 }
 
@@ -94,6 +144,12 @@ template <class T> void gemm_widened(const GemmArgs& g) {
 
 void CpuBackend::gemm(const GemmArgs& args) {
   if (args.batch <= 0 || args.m <= 0 || args.n <= 0) return;
+  constexpr std::int64_t int_max = std::numeric_limits<int>::max();  // cblas takes int dims
+  for (std::int64_t v : {args.m, args.n, args.k, std::abs(args.a_row_stride), std::abs(args.a_col_stride),
+                         std::abs(args.b_row_stride), std::abs(args.b_col_stride)})
+    if (v > int_max)
+      throw Error(ErrorKind::shape, "gemm: dimension or stride " + std::to_string(v) + " exceeds the CPU BLAS's int range");
+  use_one_openblas_thread();
   switch (args.dtype) {
     case DType::f32: return gemm_native<float>(args);
     case DType::f64: return gemm_native<double>(args);

@@ -1,8 +1,13 @@
 // CPU kernels of the reductions (sum, max, min; max/min optionally with the index along the
-// one reduced dim). One loop for every case: the input is walked once in its memory order
+// one reduced dim). f32/f64 sums of a contiguous input over its last dims (rows, a full sum)
+// or its first dims (columns, a bias gradient) take a fast path: accumulated in their own
+// type (as the CUDA backend's accumulate_t) by pairwise summation over blocks (error
+// O(log n) ulps, as PyTorch's cascade sum), vectorisable, split over the intra-op pool in
+// blocks fixed by the shape alone, so the result is bitwise the same for any thread count.
+// Every other case takes one generic loop: the input is walked once in its memory order
 // (dims sorted by stride), each element combined into the accumulator of its output
-// position. Accumulators are wide: double for every floating dtype (so f32/bf16/f16 sums
-// are accurate to the last bit for any practical length), int64 for integers and bool. For
+// position. Its accumulators are wide: double for every floating dtype, int64 for
+// integers and bool. For
 // a fixed output position the reduced index only ever increases along the walk, so keeping
 // the first extreme (strict comparison) gives the first index on ties; the first NaN wins.
 module;
@@ -16,6 +21,8 @@ module;
 #include <type_traits>
 #include <vector>
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"
+#include "ops/cpu/loops.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -30,8 +37,79 @@ template <class W> bool is_nan(W v) {
   else return false;
 }
 
+// --- the fast path of f32/f64 sums --------------------------------------------------------
+
+constexpr std::int64_t block = std::int64_t{1} << 15;  // a full sum's unit of parallel work
+
+// A row of any length: fixed blocks summed in parallel, then their sums pairwise (the
+// pairwise sum of the CPU's capability, ops/cpu/isa/kernels.inc).
+template <class A> A pairwise_sum(const A* x, std::int64_t n) {
+  if constexpr (std::is_same_v<A, float>) return isa().sum_f32(x, n);
+  else return isa().sum_f64(x, n);
+}
+
+template <class A> A row_sum(const A* x, std::int64_t n) {
+  if (n <= block) return pairwise_sum(x, n);
+  std::int64_t blocks = (n + block - 1) / block;
+  std::vector<A> part(static_cast<std::size_t>(blocks));
+  cpu::parallel_for(blocks, 2, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) part[b] = pairwise_sum(x + b * block, std::min(block, n - b * block));
+  });
+  return pairwise_sum(part.data(), blocks);
+}
+
+// dst[c] = sum over rows r of x[r * ld + c] for c in [0, cols): pairwise over rows, each
+// leaf a run of up to 64 rows added in order (vectorised across columns).
+template <class A> void column_sums(const A* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, A* dst) {
+  if (rows <= 64) {
+    for (std::int64_t c = 0; c < cols; ++c) dst[c] = A(0);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) dst[c] += x[r * ld + c];
+    return;
+  }
+  std::int64_t h = rows / 2;
+  std::vector<A> right(static_cast<std::size_t>(cols));
+  column_sums(x, h, cols, ld, dst);
+  column_sums(x + h * ld, rows - h, cols, ld, right.data());
+  for (std::int64_t c = 0; c < cols; ++c) dst[c] += right[c];
+}
+
+// The fast path when it applies (f32/f64 sum, contiguous operands, the reduced dims a
+// suffix or a prefix of the non-trivial ones); false otherwise.
+template <class T> bool fast_sum(const Operand& out, const Operand& in, std::uint32_t mask) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, double>) {
+    return false;
+  } else {
+    if (!is_contiguous(in) || !is_contiguous(out) || out.dtype != in.dtype) return false;
+    // Reduced-ness of each dim of size > 1, outermost first: R..RK..K (prefix) or K..KR..R.
+    int changes = 0, first = -1, prev = -1;
+    for (int d = 0; d < in.ndim; ++d) {
+      if (in.sizes[d] == 1) continue;
+      int r = (mask >> d) & 1u;
+      if (first < 0) first = r;
+      else if (r != prev) ++changes;
+      prev = r;
+    }
+    if (changes > 1) return false;
+    const auto* x = static_cast<const T*>(in.data);
+    auto* y = static_cast<T*>(out.data);
+    const std::int64_t kept = out.numel, reduced = kept == 0 ? 0 : in.numel / kept;
+    if (first != 1 || changes == 0) {  // rows: kept dims outside, reduced inside (or nothing reduced)
+      cpu::parallel_for(kept, std::max<std::int64_t>(1, block / std::max<std::int64_t>(reduced, 1)),
+                        [&](std::int64_t r0, std::int64_t r1) {
+                          for (std::int64_t r = r0; r < r1; ++r) y[r] = row_sum(x + r * reduced, reduced);
+                        });
+    } else {  // columns: reduced dims outside, kept inside
+      cpu::parallel_for(kept, std::max<std::int64_t>(16, block / std::max<std::int64_t>(reduced, 1)),
+                        [&](std::int64_t c0, std::int64_t c1) { column_sums(x + c0, reduced, c1 - c0, kept, y + c0); });
+    }
+    return true;
+  }
+}
+
 template <class T>
 void reduce_typed(ReduceOp op, const Operand& out, const Operand& in, std::uint32_t mask, const Operand* indices) {
+  if (op == ReduceOp::sum && !indices && fast_sum<T>(out, in, mask)) return;
   using W = wide_t<T>;
   const int nd = in.ndim;
 

@@ -1,15 +1,21 @@
 // CPU kernels of the row ops: softmax / log_softmax, layer_norm and the fused cross entropy
 // over the last dim of a contiguous [rows, cols] operand. The CPU backend is the reference
-// the CUDA kernels are tested against, so every row is computed in double (max, sum of exp,
-// mean, two-pass biased variance, log-sum-exp) and rounded once to the output dtype. Semantics as PyTorch: a row of all
+// the CUDA kernels are tested against, so rows are computed in double (max, sum of exp,
+// mean, two-pass biased variance, log-sum-exp) and rounded once to the output dtype; f32
+// softmax computes in f32 with a pairwise sum, as the CUDA kernel's accumulate_t does,
+// vectorised for the CPU's capability (ops/cpu/isa/kernels.hpp). Rows
+// are split over the intra-op pool. Semantics as PyTorch: a row of all
 // -inf gives NaN (exp(-inf - -inf)), +inf or NaN in a row makes the whole row NaN.
 module;
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"
+#include "ops/cpu/loops.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -40,6 +46,9 @@ template <class F> void dispatch_logits(const char* op, DType dtype, F&& f) {
 }
 
 
+// Rows per parallel chunk: about 16K elements of work.
+std::int64_t row_grain(std::int64_t cols) { return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)); }
+
 }  // namespace
 
 void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
@@ -49,24 +58,35 @@ void CpuBackend::softmax(const Operand& out, const Operand& in, bool log) {
   dispatch(in.dtype, [&]<class T>(T*) {
     if constexpr (!is_floating<T>) {
       not_floating(log ? "log_softmax" : "softmax", in.dtype);
+    } else if constexpr (std::is_same_v<T, float>) {
+      // f32 in f32 (the CUDA kernel's accumulate_t), by the kernel of the CPU's capability
+      // (ops/cpu/isa/kernels.inc: max, exp_f32 fused with a pairwise sum, one scaling pass).
+      const auto* x = static_cast<const float*>(in.data);
+      auto* y = static_cast<float*>(out.data);
+      const auto softmax_rows = isa().softmax_f32;
+      cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+        softmax_rows(x + r0 * cols, y + r0 * cols, r1 - r0, cols, log);
+      });
     } else {
       const auto* x = static_cast<const T*>(in.data);
       auto* y = static_cast<T*>(out.data);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const auto* xr = x + r * cols;
-        auto* yr = y + r * cols;
-        double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t c = 0; c < cols; ++c) m = std::fmax(m, static_cast<double>(load<T>(xr[c])));
-        double s = 0;
-        for (std::int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(load<T>(xr[c])) - m);
-        if (log) {
-          const double ls = std::log(s);
-          for (std::int64_t c = 0; c < cols; ++c) yr[c] = narrow_to<T>(static_cast<double>(load<T>(xr[c])) - m - ls);
-        } else {
-          for (std::int64_t c = 0; c < cols; ++c)
-            yr[c] = narrow_to<T>(std::exp(static_cast<double>(load<T>(xr[c])) - m) / s);
+      cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const auto* xr = x + r * cols;
+          auto* yr = y + r * cols;
+          double m = -std::numeric_limits<double>::infinity();
+          for (std::int64_t c = 0; c < cols; ++c) m = std::fmax(m, static_cast<double>(load<T>(xr[c])));
+          double s = 0;
+          for (std::int64_t c = 0; c < cols; ++c) s += std::exp(static_cast<double>(load<T>(xr[c])) - m);
+          if (log) {
+            const double ls = std::log(s);
+            for (std::int64_t c = 0; c < cols; ++c) yr[c] = narrow_to<T>(static_cast<double>(load<T>(xr[c])) - m - ls);
+          } else {
+            for (std::int64_t c = 0; c < cols; ++c)
+              yr[c] = narrow_to<T>(std::exp(static_cast<double>(load<T>(xr[c])) - m) / s);
+          }
         }
-      }
+      });
     }
   });
 }

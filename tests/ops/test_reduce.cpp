@@ -116,13 +116,17 @@ TEST_CASE("sum: zero-size dims, 0-d and single elements") {
   CHECK(one.sum().item<float>() == -4.0f);  // the Tensor shortcut
 }
 
-TEST_CASE("sum: f32 is accurate (wide accumulator), bf16/f16 accumulate in f32") {
-  // 1e6 values of 0.1f: a naive f32 running sum drifts by ~1e-3 relative; the result must be
-  // the f64 sum rounded to f32.
+TEST_CASE("sum: f32 is accurate (pairwise in f32), bf16/f16 accumulate in f32") {
+  // 1e6 values of 0.1f: a naive f32 running sum drifts by ~1e-3 relative; pairwise summation
+  // (8-lane leaves of 256, then log2 n levels) stays within (32 + log2 n + 2) ulps relative.
   std::int64_t n = 1000000;
   Tensor x = full({n}, 0.1);
   double exact = static_cast<double>(0.1f) * static_cast<double>(n);
-  CHECK(sum(x).item<float>() == static_cast<float>(exact));
+  const double got = sum(x).item<float>();
+  INFO("got ", got, " exact ", exact);
+  CHECK(std::abs(got - exact) <= (32 + std::log2(static_cast<double>(n)) + 2) * 0x1p-24 * exact);
+  // f64 in f64: exact to its own rounding here.
+  CHECK(sum(x.to(DType::f64)).item<double>() == doctest::Approx(exact).epsilon(1e-12));
   // bf16: 4096 ones. An accumulator in bf16 would stop at 256.
   Tensor b = ones({4096}, {.dtype = DType::bf16});
   CHECK(static_cast<float>(sum(b).item<bfloat16>()) == 4096.0f);

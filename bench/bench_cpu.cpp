@@ -1,0 +1,78 @@
+// bench_cpu: the CPU backend's workloads of issue 18, each timed as the median wall time of
+// repeated runs on the CPU (f32): GEMM at the three forward shapes of the Fashion-MNIST MLP,
+// sum of 16M, softmax of [4096, 1024], exp of 4M, randn of 1M, and a whole training step
+// of that MLP (784-512-256-10, batch 128, two dropouts, cross_entropy with label smoothing
+// 0.1, AdamW). bench/torch_cpu.py is its PyTorch twin: same workloads, same method.
+// usage: bench_cpu [threads]   (default: get_num_threads()); prints "name ms" lines, then
+// one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+#include "common.hpp"
+#include "ops/cpu/isa/kernels.hpp"  // the CPU capability in use, printed
+
+using namespace brrr;
+
+namespace {
+
+// Median milliseconds of f over `reps` runs after `warmup` untimed ones.
+double wall_ms(int warmup, int reps, const std::function<void()>& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return bench::median(ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) set_num_threads(std::atoi(argv[1]));
+  manual_seed(0);
+  std::map<std::string, double> r;
+  const std::int64_t shapes[3][3] = {{128, 784, 512}, {128, 512, 256}, {128, 256, 10}};
+  for (auto& s : shapes) {
+    Tensor a = randn({s[0], s[1]}), b = randn({s[1], s[2]});
+    std::string name = "gemm_" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]);
+    r[name] = wall_ms(5, 50, [&] { (void)matmul(a, b); });
+  }
+  {
+    Tensor x = randn({1 << 24});
+    r["sum_16M"] = wall_ms(3, 20, [&] { (void)sum(x); });
+  }
+  {
+    Tensor x = randn({4096, 1024});
+    r["softmax_4096x1024"] = wall_ms(3, 20, [&] { (void)softmax(x, -1); });
+  }
+  {
+    Tensor x = randn({1 << 22});
+    r["exp_4M"] = wall_ms(3, 20, [&] { (void)exp(x); });
+  }
+  r["randn_1M"] = wall_ms(3, 20, [&] { (void)randn({1 << 20}); });
+  {
+    nn::Sequential model{nn::Flatten(), nn::Linear(784, 512), nn::ReLU(), nn::Dropout(0.2),
+                         nn::Linear(512, 256), nn::ReLU(), nn::Dropout(0.2), nn::Linear(256, 10)};
+    optim::AdamW opt(model.parameters(), optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.05});
+    Tensor x = randn({128, 1, 28, 28});
+    Tensor y = randint(0, 10, {128});
+    r["mlp_step"] = wall_ms(5, 40, [&] {
+      Tensor loss = cross_entropy(model(x), y, {.label_smoothing = 0.1});
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    });
+  }
+  std::printf("threads %d\ncapability %s\n", get_num_threads(), backend::cpu::isa().name);
+  for (auto& [k, v] : r) std::printf("%s %.4f\n", k.c_str(), v);
+  std::string json = "{";
+  for (auto& [k, v] : r) json += (json.size() > 1 ? ", \"" : "\"") + k + "_ms\": " + std::to_string(v);
+  std::printf("%s}\n", json.c_str());
+}

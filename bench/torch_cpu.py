@@ -1,0 +1,51 @@
+"""PyTorch twin of bench/bench_cpu.cpp: the same CPU workloads (f32), median wall ms.
+usage: python3 bench/torch_cpu.py [threads]  (torch.set_num_threads; default torch's)."""
+import json, statistics, sys, time
+import torch
+
+if len(sys.argv) > 1:
+    torch.set_num_threads(int(sys.argv[1]))
+torch.manual_seed(0)
+
+
+def wall_ms(warmup, reps, f):
+    for _ in range(warmup):
+        f()
+    ms = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ms)
+
+
+r = {}
+for m, k, n in [(128, 784, 512), (128, 512, 256), (128, 256, 10)]:
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    r[f"gemm_{m}x{k}x{n}"] = wall_ms(5, 50, lambda: torch.matmul(a, b))
+x = torch.randn(1 << 24)
+r["sum_16M"] = wall_ms(3, 20, lambda: x.sum())
+x = torch.randn(4096, 1024)
+r["softmax_4096x1024"] = wall_ms(3, 20, lambda: torch.softmax(x, -1))
+x = torch.randn(1 << 22)
+r["exp_4M"] = wall_ms(3, 20, lambda: torch.exp(x))
+r["randn_1M"] = wall_ms(3, 20, lambda: torch.randn(1 << 20))
+nn = torch.nn
+model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Dropout(0.2),
+                      nn.Linear(512, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
+
+
+def step():
+    loss = nn.functional.cross_entropy(model(x), y, label_smoothing=0.1)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+r["mlp_step"] = wall_ms(5, 40, step)
+print("threads", torch.get_num_threads())
+for k in sorted(r):
+    print(k, f"{r[k]:.4f}")
+print(json.dumps({k + "_ms": v for k, v in sorted(r.items())}))

@@ -1,0 +1,51 @@
+// The CPU kernels compiled for several x86-64 levels and chosen once at run time from the
+// CPU's features (as ATen's CPU capability dispatch): baseline x86-64 (SSE2), AVX2 + FMA
+// (x86-64-v3) and AVX-512 (F, DQ, BW, VL). Plain header, no module: included by the module
+// units of ops/cpu/ in their global fragment and by the one TU that defines the kernels
+// (ops/cpu/isa/kernels.cpp). Every level computes the same operations in the same order,
+// without contracting a * b + c into an FMA, so results are bitwise the same on every CPU;
+// only their speed differs (tests/ops/test_cpu_isa.cpp checks it).
+#pragma once
+#include <cstdint>
+
+namespace brrr::backend::cpu {
+
+/// A CPU capability: the ISA level a kernel table was compiled for.
+enum class Capability { baseline, avx2, avx512 };
+
+/// The kernels of one capability, on contiguous arrays.
+struct IsaKernels {
+  Capability capability;
+  const char* name;  // "baseline", "avx2", "avx512" (also the BRRR_CPU_CAPABILITY values)
+  /// y[i] = exp(x[i]) for i < n, by exp_f32 (ops/cpu/loops.hpp: within 2 ulps). y may be x.
+  void (*exp_f32)(const float* x, float* y, std::int64_t n);
+  /// softmax (or log_softmax) of each of `rows` rows of `cols` floats at x into y (distinct
+  /// arrays): max, exp_f32(x - max) into y with a fused pairwise sum, then one scaling
+  /// pass ((x - max) - log(sum) for log). A row of -inf, or one holding +inf or NaN, is NaN.
+  void (*softmax_f32)(const float* x, float* y, std::int64_t rows, std::int64_t cols, bool log);
+  /// Pairwise sum of n values (pairwise_sum's order: error O(log n) ulps).
+  float (*sum_f32)(const float* x, std::int64_t n);
+  double (*sum_f64)(const double* x, std::int64_t n);
+  /// cuRAND's Philox4x32-10 words of blocks first .. first + n - 1 under `seed` (4 words
+  /// per block into words[0 .. 4n)): random_transform::philox_words of whole blocks.
+  void (*philox_blocks)(std::uint64_t seed, std::uint64_t first, std::uint32_t* words, std::int64_t n);
+  /// z[i] = random_transform::normal(words[4i .. 4i + 3]) for i < n: Box-Muller in double.
+  /// The baseline calls glibc's log and cos (as random_transform::normal); avx2 and avx512
+  /// call glibc's vector math library (libmvec, 4 and 8 lanes), whose results can differ
+  /// in the last bits of the double (measured: at most 8.2e-16 relative; no f32 value
+  /// changed in 16M draws). So normals are the only results that may differ between
+  /// capabilities, in f64 only.
+  void (*normal_f64)(const std::uint32_t* words, double* z, std::int64_t n);
+};
+
+/// Whether this CPU (and its OS) can run kernels of capability c.
+bool supported(Capability c);
+
+/// The table of capability c (compiled in every build; calling it needs supported(c)).
+const IsaKernels& kernels_for(Capability c);
+
+/// The table in use: the best supported capability, or the one BRRR_CPU_CAPABILITY names
+/// (baseline, avx2, avx512) when the CPU supports it; chosen at the first call.
+const IsaKernels& isa();
+
+}  // namespace brrr::backend::cpu
