@@ -48,24 +48,7 @@ void poison(std::int64_t bytes) {
   Tensor p = full({bytes / 4 + 1}, kNaN, {.dtype = DType::f32, .device = gpu()});
 }
 
-/// CHECKs that the GPU result matches the CPU result: same shape and dtype, the GPU one on
-/// cuda:0, elements close (NaN equal to NaN).
-void check_parity(const Tensor& g, const Tensor& c, const std::string& what, testing::CloseOptions o = {}) {
-  INFO(what);
-  REQUIRE(g.defined());
-  CHECK(g.device() == gpu());
-  CHECK(c.device() == Device::cpu());
-  CHECK(g.dtype() == c.dtype());
-  REQUIRE(g.shape() == c.shape());
-  o.equal_nan = true;
-  std::string err;
-  try {
-    testing::assert_close(g, c, o);
-  } catch (const Error& e) {
-    err = e.what();
-  }
-  CHECK_MESSAGE(err.empty(), err);
-}
+using test::check_parity;
 
 enum class Domain { normal, positive, above_minus_one, integers };
 

@@ -52,20 +52,6 @@ void poison(std::size_t bytes) {
   Tensor p = full({n}, std::numeric_limits<double>::quiet_NaN(), {.dtype = DType::f32, .device = gpu()});
 }
 
-void check_parity(const Tensor& g, const Tensor& c, const std::string& what, testing::CloseOptions o = {}) {
-  INFO(what);
-  REQUIRE(g.device() == gpu());
-  CHECK(g.shape() == c.shape());
-  CHECK(g.dtype() == c.dtype());
-  std::string error;
-  try {
-    testing::assert_close(g, c, o);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  CHECK_MESSAGE(error.empty(), error);
-}
-
 Tensor random_of(DType dt, const Shape& s) {
   if (dt == DType::boolean) return lt(rand(s), 0.5);
   if (!is_floating_point(dt)) return randint(-30, 30, s, {.dtype = dt});

@@ -29,23 +29,9 @@ namespace {
 using In = std::vector<Tensor>;
 using Fn = std::function<Tensor(const In&)>;
 
-Device gpu() { return Device::cuda(0); }
+using test::gpu;
 
-void check_parity(const Tensor& g, const Tensor& c, const std::string& what, testing::CloseOptions o = {}) {
-  INFO(what);
-  REQUIRE(g.defined());
-  CHECK(g.device() == gpu());
-  CHECK(g.dtype() == c.dtype());
-  REQUIRE(g.shape() == c.shape());
-  o.equal_nan = true;
-  std::string err;
-  try {
-    testing::assert_close(g, c, o);
-  } catch (const Error& e) {
-    err = e.what();
-  }
-  CHECK_MESSAGE(err.empty(), err);
-}
+using test::check_parity;
 
 testing::CloseOptions tol(DType d) {
   switch (d) {

@@ -27,21 +27,7 @@ namespace {
 using In = std::vector<Tensor>;
 using test::gpu;
 
-void check_parity(const Tensor& g, const Tensor& c, const std::string& what, testing::CloseOptions o) {
-  INFO(what);
-  REQUIRE(g.defined());
-  CHECK(g.device() == gpu());
-  CHECK(g.dtype() == c.dtype());
-  REQUIRE(g.shape() == c.shape());
-  o.equal_nan = true;
-  std::string err;
-  try {
-    testing::assert_close(g, c, o);
-  } catch (const Error& e) {
-    err = e.what();
-  }
-  CHECK_MESSAGE(err.empty(), err);
-}
+using test::check_parity;
 
 // f on CPU tensors and on their GPU copies (fresh leaves of detached tensors when `grads`):
 // outputs compared, and the gradients of sum(out * r) of the floating inputs.

@@ -65,6 +65,24 @@ using namespace brrr;
 /// The device of the GPU suites (they run only where it exists: tests/gpu/gpu_main.cpp).
 inline Device gpu() { return Device::cuda(0); }
 
+/// CHECKs that a GPU result matches its (CPU) reference: defined, on cuda:0, the same dtype
+/// and shape, elements close under `o` (NaN equal to NaN). Used by the GPU parity suites.
+inline void check_parity(const Tensor& g, const Tensor& c, const std::string& what, testing::CloseOptions o = {}) {
+  INFO(what);
+  REQUIRE(g.defined());
+  CHECK(g.device() == gpu());
+  CHECK(g.dtype() == c.dtype());
+  REQUIRE(g.shape() == c.shape());
+  o.equal_nan = true;
+  std::string err;
+  try {
+    testing::assert_close(g, c, o);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  CHECK_MESSAGE(err.empty(), err);
+}
+
 inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::boolean};
 
