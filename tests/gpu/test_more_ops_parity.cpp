@@ -44,31 +44,9 @@ testing::CloseOptions tol(DType d) {
   return {};
 }
 
-/// Runs f on CPU inputs and on their GPU copies; compares outputs, and when `grads`, the
-/// gradients of sum(out * r) for the floating inputs.
-/// Both sides get fresh leaves made from detached tensors: to() of a tensor that requires
-/// grad records ToBackward (and only leaves take requires_grad_), and marking the caller's
-/// tensors would let their gradients accumulate over the cases that share an input.
+/// test::parity with this suite's per-dtype tolerance (tol) unless `o` sets one.
 void parity(const std::string& what, const Fn& f, const In& cpu_in, bool grads = false, testing::CloseOptions o = {}) {
-  In c, g;
-  for (const Tensor& t : cpu_in) {
-    Tensor tc = t.detach(), tg = t.detach().to(gpu());
-    if (grads && is_floating_point(t.dtype())) {
-      tc.requires_grad_();
-      tg.requires_grad_();
-    }
-    c.push_back(tc);
-    g.push_back(tg);
-  }
-  Tensor oc = f(c), og = f(g);
-  if (!o.rtol) o = tol(oc.dtype());
-  check_parity(og, oc, what, o);
-  if (!grads || !oc.requires_grad()) return;
-  Tensor r = randn(oc.shape(), {.dtype = oc.dtype()});
-  autograd::backward({oc}, {r});
-  autograd::backward({og}, {r.to(gpu())});
-  for (std::size_t i = 0; i < c.size(); ++i)
-    if (c[i].grad().defined()) check_parity(g[i].grad(), c[i].grad(), what + " grad " + std::to_string(i), o);
+  test::parity(what, f, cpu_in, grads, o, tol);
 }
 
 Tensor normal_in(Shape s, DType d = DType::f32) { return randn(std::move(s), {.dtype = DType::f64}).to(d); }

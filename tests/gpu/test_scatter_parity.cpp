@@ -29,29 +29,7 @@ using test::gpu;
 
 using test::check_parity;
 
-// f on CPU tensors and on their GPU copies (fresh leaves of detached tensors when `grads`):
-// outputs compared, and the gradients of sum(out * r) of the floating inputs.
-void parity(const std::string& what, const std::function<Tensor(const In&)>& f, const In& cpu_in, bool grads,
-            testing::CloseOptions o) {
-  In c, g;
-  for (const Tensor& t : cpu_in) {
-    Tensor tc = t.detach(), tg = t.detach().to(gpu());
-    if (grads && is_floating_point(t.dtype())) {
-      tc.requires_grad_();
-      tg.requires_grad_();
-    }
-    c.push_back(tc);
-    g.push_back(tg);
-  }
-  Tensor oc = f(c), og = f(g);
-  check_parity(og, oc, what, o);
-  if (!grads || !oc.requires_grad()) return;
-  Tensor r = randn(oc.shape(), {.dtype = oc.dtype()});
-  autograd::backward({oc}, {r});
-  autograd::backward({og}, {r.to(gpu())});
-  for (std::size_t i = 0; i < c.size(); ++i)
-    if (c[i].grad().defined()) check_parity(g[i].grad(), c[i].grad(), what + " grad " + std::to_string(i), o);
-}
+using test::parity;
 
 // Values whose sums and products are exact in every dtype, so any combine order gives the
 // CPU's result: small integers for sum/mean/amax/amin, {-2, -1, -0.5, 0.5, 1, 2} for prod

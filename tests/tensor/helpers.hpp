@@ -83,6 +83,36 @@ inline void check_parity(const Tensor& g, const Tensor& c, const std::string& wh
   CHECK_MESSAGE(err.empty(), err);
 }
 
+/// GPU against CPU for one op: `f` runs on fresh leaves made from `cpu_in` (detached copies,
+/// and their GPU copies; floating ones require grad when `grads`), the outputs are compared,
+/// then the gradients of sum(out * r) of the floating inputs. Fresh leaves: a tensor moved by
+/// to() records ToBackward (only leaves take requires_grad_), and marking the caller's tensors
+/// would let their gradients accumulate over cases that share an input. `tol_of(dtype)` gives
+/// the tolerance when `o` sets no rtol.
+template <class F>
+void parity(const std::string& what, F&& f, const std::vector<Tensor>& cpu_in, bool grads, testing::CloseOptions o,
+            testing::CloseOptions (*tol_of)(DType) = nullptr) {
+  std::vector<Tensor> c, g;
+  for (const Tensor& t : cpu_in) {
+    Tensor tc = t.detach(), tg = t.detach().to(gpu());
+    if (grads && is_floating_point(t.dtype())) {
+      tc.requires_grad_();
+      tg.requires_grad_();
+    }
+    c.push_back(tc);
+    g.push_back(tg);
+  }
+  Tensor oc = f(c), og = f(g);
+  if (!o.rtol && tol_of) o = tol_of(oc.dtype());
+  check_parity(og, oc, what, o);
+  if (!grads || !oc.requires_grad()) return;
+  Tensor r = randn(oc.shape(), {.dtype = oc.dtype()});
+  autograd::backward({oc}, {r});
+  autograd::backward({og}, {r.to(gpu())});
+  for (std::size_t i = 0; i < c.size(); ++i)
+    if (c[i].grad().defined()) check_parity(g[i].grad(), c[i].grad(), what + " grad " + std::to_string(i), o);
+}
+
 inline constexpr DType all_dtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16,
                                        DType::i32, DType::i64, DType::boolean};
 
