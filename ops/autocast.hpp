@@ -24,6 +24,11 @@ inline CrossEntropyOptions autocast_arg(CastPolicy policy, const CrossEntropyOpt
   cast.weight = autocast_arg(policy, o.weight);
   return cast;
 }
+inline SdpaOptions autocast_arg(CastPolicy policy, const SdpaOptions& o) {
+  SdpaOptions cast = o;
+  cast.attn_mask = autocast_arg(policy, o.attn_mask);  // a float mask (a bool one is not eligible)
+  return cast;
+}
 
 }  // namespace brrr::ops_detail
 

@@ -66,6 +66,7 @@ TEST_CASE("autocast: lower-precision ops compute in the autocast dtype, as on ca
   Tensor ba = randn({2, 4, 8}), bb = randn({2, 8, 5}), bin = randn({2, 4, 5}), in = randn({4, 3});
   Tensor img = randn({2, 3, 6, 6}), kern = randn({4, 3, 3, 3}), kb = randn({4});
   Tensor q = randn({2, 2, 5, 4}), k = randn({2, 2, 5, 4}), v = randn({2, 2, 5, 4});
+  Tensor mask = randn({5, 5});  // a float (additive) mask: cast with q, k, v
   for (DType low : {DType::bf16, DType::f16}) {
     INFO("autocast dtype ", to_string(low));
     auto c = [&](const Tensor& t) { return t.to(low); };
@@ -84,6 +85,11 @@ TEST_CASE("autocast: lower-precision ops compute in the autocast dtype, as on ca
     CHECK(same_values(baddbmm(bin, ba, bb), r_baddbmm));
     CHECK(same_values(conv2d(img, kern, kb, {.padding = {1, 1}}), r_conv));
     CHECK(same_values(scaled_dot_product_attention(q, k, v, {.is_causal = true}), r_sdpa));
+    {
+      AutocastGuard off(low, false);
+      r_sdpa = scaled_dot_product_attention(c(q), c(k), c(v), {.attn_mask = c(mask)});
+    }
+    CHECK(same_values(scaled_dot_product_attention(q, k, v, {.attn_mask = mask}), r_sdpa));
     // Inputs already in the autocast dtype pass as they are; f64 is not eligible.
     CHECK(same_values(matmul(c(a), c(b)), r_mm));
     CHECK(matmul(a.to(DType::f64), b.to(DType::f64)).dtype() == DType::f64);
