@@ -1,0 +1,103 @@
+// CPU max pooling (max_pool2d, adaptive_max_pool2d and the 1-D pools, which are H = 1 views):
+// the max of each window with its argmax, and the backward scatter through that argmax.
+// Planes (n, c) are independent, so both kernels split them over the intra-op pool.
+module;
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include "backend/contract.hpp"
+module brrr.backend;
+import brrr.tensor;
+
+namespace brrr::backend {
+
+using namespace cpu;
+
+namespace {
+
+// Planes per parallel chunk: about 32K input cells of work each.
+std::int64_t plane_grain(const Window2d& g) { return std::max<std::int64_t>(1, (1 << 15) / std::max<std::int64_t>(1, g.h * g.w)); }
+
+// The input rows [lo, hi) step `step` that output row `o` reads (columns alike).
+struct Span {
+  std::int64_t lo, hi, step;
+};
+Span window_span(std::int64_t o, std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d) {
+  std::int64_t lo = o * s - p, hi = std::min(lo + (k - 1) * d + 1, in);
+  while (lo < 0) lo += d;  // padding cells never win: skip them
+  return {lo, hi, d};
+}
+// PyTorch's adaptive bins: [floor(o in / out), ceil((o + 1) in / out)).
+Span bin_span(std::int64_t o, std::int64_t in, std::int64_t out) { return {o * in / out, ((o + 1) * in + out - 1) / out, 1}; }
+
+}  // namespace
+
+void CpuBackend::max_pool2d(const Operand& out, const Operand& indices, const Operand& in, const Window2d& g,
+                            bool adaptive) {
+  dispatch(in.dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) {
+      using A = accumulate_t<T>;
+      const T* x = static_cast<const T*>(in.data);
+      T* o = static_cast<T*>(out.data);
+      std::int64_t* idx = static_cast<std::int64_t*>(indices.data);
+      const std::int64_t* st = in.strides;
+      const std::int64_t L = g.out_h * g.out_w;
+      parallel_for(g.n * g.c, plane_grain(g), [&](std::int64_t p0, std::int64_t p1) {
+        for (std::int64_t p = p0; p < p1; ++p) {
+          const T* plane = x + (p / g.c) * st[0] + (p % g.c) * st[1];
+          T* op = o + p * L;
+          std::int64_t* ip = idx + p * L;
+          for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
+            Span ys = adaptive ? bin_span(oy, g.h, g.out_h) : window_span(oy, g.h, g.kh, g.sh, g.ph, g.dh);
+            for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+              Span xs = adaptive ? bin_span(ox, g.w, g.out_w) : window_span(ox, g.w, g.kw, g.sw, g.pw, g.dw);
+              A best = -std::numeric_limits<A>::infinity();
+              std::int64_t at = -1;
+              for (std::int64_t y = ys.lo; y < ys.hi; y += ys.step)
+                for (std::int64_t xx = xs.lo; xx < xs.hi; xx += xs.step) {
+                  A v = load_acc(plane[y * st[2] + xx * st[3]]);
+                  if (at < 0 || v > best || v != v) {  // the first cell seeds; a NaN wins (PyTorch)
+                    best = v;
+                    at = y * g.w + xx;
+                  }
+                }
+              op[oy * g.out_w + ox] = narrow_to<T>(best);
+              ip[oy * g.out_w + ox] = at;
+            }
+          }
+        }
+      });
+    }
+  });
+}
+
+void CpuBackend::max_pool2d_backward(const Operand& grad_in, const Operand& grad_out, const Operand& indices,
+                                     const Window2d& g, bool /*adaptive*/) {
+  dispatch(grad_in.dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) {
+      T* gi = static_cast<T*>(grad_in.data);
+      const T* go = static_cast<const T*>(grad_out.data);
+      const std::int64_t* idx = static_cast<const std::int64_t*>(indices.data);
+      const std::int64_t* st = grad_out.strides;
+      const std::int64_t L = g.out_h * g.out_w, HW = g.h * g.w;
+      parallel_for(g.n * g.c, plane_grain(g), [&](std::int64_t p0, std::int64_t p1) {
+        for (std::int64_t p = p0; p < p1; ++p) {
+          T* plane = gi + p * HW;
+          std::fill(plane, plane + HW, narrow_to<T>(0.0));
+          const T* gp = go + (p / g.c) * st[0] + (p % g.c) * st[1];
+          const std::int64_t* ip = idx + p * L;
+          for (std::int64_t oy = 0; oy < g.out_h; ++oy)
+            for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
+              std::int64_t at = ip[oy * g.out_w + ox];
+              if (at < 0) continue;  // a window with no input cell
+              T& cell = plane[at];
+              cell = narrow_to<T>(load(cell) + load(gp[oy * st[2] + ox * st[3]]));
+            }
+        }
+      });
+    }
+  });
+}
+
+}  // namespace brrr::backend
