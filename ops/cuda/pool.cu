@@ -12,10 +12,12 @@ struct Span {
   std::int64_t lo, hi, step;
 };
 
+__device__ __forceinline__ std::int64_t smaller(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+
 // The input rows [lo, hi) step `step` that output row `o` reads (padding skipped).
 __device__ __forceinline__ Span window_span(std::int64_t o, std::int64_t in, std::int64_t k, std::int64_t s,
                                             std::int64_t p, std::int64_t d) {
-  std::int64_t lo = o * s - p, hi = min(lo + (k - 1) * d + 1, in);
+  std::int64_t lo = o * s - p, hi = smaller(lo + (k - 1) * d + 1, in);
   while (lo < 0) lo += d;
   return {lo, hi, d};
 }
@@ -27,10 +29,10 @@ __device__ __forceinline__ Span bin_span(std::int64_t o, std::int64_t in, std::i
 // The outputs [lo, hi) whose windows may hold input row y.
 __device__ __forceinline__ Span outputs_of(std::int64_t y, std::int64_t in, std::int64_t out, std::int64_t k,
                                            std::int64_t s, std::int64_t p, std::int64_t d, bool adaptive) {
-  if (adaptive) return {y * out / in, min(((y + 1) * out + in - 1) / in, out), 1};
+  if (adaptive) return {y * out / in, smaller(((y + 1) * out + in - 1) / in, out), 1};
   std::int64_t first = y + p - (k - 1) * d;  // o * s must lie in [first, y + p]
   std::int64_t lo = first <= 0 ? 0 : (first + s - 1) / s;
-  return {lo, min((y + p) / s + 1, out), 1};
+  return {lo, smaller((y + p) / s + 1, out), 1};
 }
 
 template <class T>

@@ -174,6 +174,7 @@ TEST_CASE("gpu max pools: second derivative, zero-size batch, Fashion-MNIST shap
   // The gradient of <grad_x(up), u> with respect to the upstream gradient: a gather at the indices.
   parity("max_pool2d double backward",
          [](const In& in) {
+           GradModeGuard on(true);
            Tensor xl = in[0].detach().requires_grad_();
            Tensor y = max_pool2d(xl, {.kernel_size = 3, .stride = 1, .padding = 1});
            return autograd::grad({y}, {xl}, {in[1]}, false, true)[0];
