@@ -6,6 +6,7 @@ module;
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <vector>
 #include "backend/contract.hpp"
 module brrr.backend;
 import brrr.tensor;
@@ -41,29 +42,39 @@ void CpuBackend::max_pool2d(const Operand& out, const Operand& indices, const Op
       const T* x = static_cast<const T*>(in.data);
       T* o = static_cast<T*>(out.data);
       std::int64_t* idx = static_cast<std::int64_t*>(indices.data);
-      const std::int64_t* st = in.strides;
-      const std::int64_t L = g.out_h * g.out_w;
-      parallel_for(g.n * g.c, plane_grain(g), [&](std::int64_t p0, std::int64_t p1) {
+      // Locals, not g's fields or in.strides: the i64 index stores could alias those.
+      const std::int64_t C = g.c, H = g.h, W = g.w, OH = g.out_h, OW = g.out_w, L = OH * OW;
+      const std::int64_t s0 = in.strides[0], s1 = in.strides[1], s2 = in.strides[2], s3 = in.strides[3];
+      const Window2d geo = g;
+      parallel_for(g.n * C, plane_grain(g), [=](std::int64_t p0, std::int64_t p1) {
+        std::vector<Span> cols(static_cast<std::size_t>(OW));
+        for (std::int64_t ox = 0; ox < OW; ++ox)
+          cols[static_cast<std::size_t>(ox)] = adaptive ? bin_span(ox, W, OW) : window_span(ox, W, geo.kw, geo.sw, geo.pw, geo.dw);
         for (std::int64_t p = p0; p < p1; ++p) {
-          const T* plane = x + (p / g.c) * st[0] + (p % g.c) * st[1];
+          const T* plane = x + (p / C) * s0 + (p % C) * s1;
           T* op = o + p * L;
           std::int64_t* ip = idx + p * L;
-          for (std::int64_t oy = 0; oy < g.out_h; ++oy) {
-            Span ys = adaptive ? bin_span(oy, g.h, g.out_h) : window_span(oy, g.h, g.kh, g.sh, g.ph, g.dh);
-            for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-              Span xs = adaptive ? bin_span(ox, g.w, g.out_w) : window_span(ox, g.w, g.kw, g.sw, g.pw, g.dw);
+          for (std::int64_t oy = 0; oy < OH; ++oy) {
+            const Span ys = adaptive ? bin_span(oy, H, OH) : window_span(oy, H, geo.kh, geo.sh, geo.ph, geo.dh);
+            for (std::int64_t ox = 0; ox < OW; ++ox) {
+              const Span xs = cols[static_cast<std::size_t>(ox)];
+              // PyTorch's loop: start from -inf at the first real cell, take v when v > max or
+              // v is NaN (so the last NaN wins). Written so that clang emits maxss and cmov (the
+              // outcome is data, a branch mispredicts): `best` is the max of the numbers, `nan`
+              // whether a NaN was seen, after which only NaNs move the index.
               A best = -std::numeric_limits<A>::infinity();
-              std::int64_t at = -1;
+              bool nan = false;
+              std::int64_t at = ys.lo < ys.hi && xs.lo < xs.hi ? ys.lo * W + xs.lo : -1;
               for (std::int64_t y = ys.lo; y < ys.hi; y += ys.step)
                 for (std::int64_t xx = xs.lo; xx < xs.hi; xx += xs.step) {
-                  A v = load_acc(plane[y * st[2] + xx * st[3]]);
-                  if (at < 0 || v > best || v != v) {  // the first cell seeds; a NaN wins (PyTorch)
-                    best = v;
-                    at = y * g.w + xx;
-                  }
+                  const A v = load_acc(plane[y * s2 + xx * s3]);
+                  const bool is_nan = v != v, greater = v > best;
+                  at = ((greater & !nan) | is_nan) ? y * W + xx : at;
+                  best = greater ? v : best;
+                  nan |= is_nan;
                 }
-              op[oy * g.out_w + ox] = narrow_to<T>(best);
-              ip[oy * g.out_w + ox] = at;
+              op[oy * OW + ox] = nan ? plane[(at / W) * s2 + (at % W) * s3] : narrow_to<T>(best);
+              ip[oy * OW + ox] = at;
             }
           }
         }

@@ -46,15 +46,15 @@ __global__ void max_pool_kernel(T* out, std::int64_t* indices, Operand in, Windo
     const T* plane = x + (p / g.c) * in.strides[0] + (p % g.c) * in.strides[1];
     Span ys = adaptive ? bin_span(oy, g.h, g.out_h) : window_span(oy, g.h, g.kh, g.sh, g.ph, g.dh);
     Span xs = adaptive ? bin_span(ox, g.w, g.out_w) : window_span(ox, g.w, g.kw, g.sw, g.pw, g.dw);
+    // PyTorch's loop: -inf at the first real cell, then v wins when v > max or v is NaN.
     A best = -std::numeric_limits<A>::infinity();
-    std::int64_t at = -1;
+    std::int64_t at = ys.lo < ys.hi && xs.lo < xs.hi ? ys.lo * g.w + xs.lo : -1;
     for (std::int64_t y = ys.lo; y < ys.hi; y += ys.step)
       for (std::int64_t xx = xs.lo; xx < xs.hi; xx += xs.step) {
-        A v = load_acc(plane[y * in.strides[2] + xx * in.strides[3]]);
-        if (at < 0 || v > best || v != v) {  // the first cell seeds; a NaN wins (PyTorch)
-          best = v;
-          at = y * g.w + xx;
-        }
+        const A v = load_acc(plane[y * in.strides[2] + xx * in.strides[3]]);
+        const bool take = (v > best) | (v != v);
+        best = take ? v : best;
+        at = take ? y * g.w + xx : at;
       }
     out[i] = narrow_to<T>(best);
     indices[i] = at;
