@@ -6,6 +6,7 @@ module;
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 #include "backend/contract.hpp"
 module brrr.backend;
@@ -83,28 +84,33 @@ void CpuBackend::max_pool2d(const Operand& out, const Operand& indices, const Op
   });
 }
 
+// Sums in accumulate_t (float for the 16-bit types: one rounding per cell), adding each cell's
+// contributions in output order, as the CUDA kernel's gather does: both give the same bits.
 void CpuBackend::max_pool2d_backward(const Operand& grad_in, const Operand& grad_out, const Operand& indices,
                                      const Window2d& g, bool /*adaptive*/) {
   dispatch(grad_in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
+      using A = accumulate_t<T>;
       T* gi = static_cast<T*>(grad_in.data);
       const T* go = static_cast<const T*>(grad_out.data);
       const std::int64_t* idx = static_cast<const std::int64_t*>(indices.data);
-      const std::int64_t* st = grad_out.strides;
-      const std::int64_t L = g.out_h * g.out_w, HW = g.h * g.w;
-      parallel_for(g.n * g.c, plane_grain(g), [&](std::int64_t p0, std::int64_t p1) {
+      const std::int64_t C = g.c, OH = g.out_h, OW = g.out_w, L = OH * OW, HW = g.h * g.w;
+      const std::int64_t s0 = grad_out.strides[0], s1 = grad_out.strides[1], s2 = grad_out.strides[2],
+                         s3 = grad_out.strides[3];
+      parallel_for(g.n * C, plane_grain(g), [=](std::int64_t p0, std::int64_t p1) {
+        std::vector<A> sums(std::is_same_v<A, T> ? 0 : static_cast<std::size_t>(HW));
         for (std::int64_t p = p0; p < p1; ++p) {
-          T* plane = gi + p * HW;
-          std::fill(plane, plane + HW, narrow_to<T>(0.0));
-          const T* gp = go + (p / g.c) * st[0] + (p % g.c) * st[1];
+          A* acc = std::is_same_v<A, T> ? reinterpret_cast<A*>(gi + p * HW) : sums.data();
+          std::fill(acc, acc + HW, A(0));
+          const T* gp = go + (p / C) * s0 + (p % C) * s1;
           const std::int64_t* ip = idx + p * L;
-          for (std::int64_t oy = 0; oy < g.out_h; ++oy)
-            for (std::int64_t ox = 0; ox < g.out_w; ++ox) {
-              std::int64_t at = ip[oy * g.out_w + ox];
-              if (at < 0) continue;  // a window with no input cell
-              T& cell = plane[at];
-              cell = narrow_to<T>(load(cell) + load(gp[oy * st[2] + ox * st[3]]));
+          for (std::int64_t oy = 0; oy < OH; ++oy)
+            for (std::int64_t ox = 0; ox < OW; ++ox) {
+              const std::int64_t at = ip[oy * OW + ox];
+              if (at >= 0) acc[at] += load_acc(gp[oy * s2 + ox * s3]);  // -1: a window with no input cell
             }
+          if constexpr (!std::is_same_v<A, T>)
+            for (std::int64_t i = 0; i < HW; ++i) gi[p * HW + i] = narrow_to<T>(acc[i]);
         }
       });
     }
