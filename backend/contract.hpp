@@ -298,7 +298,8 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(floor_divide, "floor_divide", division)                 \
   X(trunc_divide, "div (rounding_mode trunc)", division)    \
   X(remainder, "remainder", division)                       \
-  X(fmod, "fmod", division)
+  X(fmod, "fmod", division)                                 \
+  X(max_unpool2d, "max_unpool2d", index)
 
 #define BRRR_ENUMERATOR(op, ...) op,
 enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
@@ -506,6 +507,18 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W] (contiguous, zeroed by the      \
      caller). */                                                                                                    \
   X(col2im, (const Operand& out, const Operand& in, const Window2d& w))                                             \
+  /* Max pooling of in [N, C, H, W] (floating, any strides) into contiguous out [N, C, out_h, out_w] (in's dtype)  \
+     and indices (i64, out's shape): the flat index y * W + x of each window's max in its input plane. Windows are  \
+     w's (kernel, stride, padding, dilation; padding never wins) or, when `adaptive`, PyTorch's adaptive bins (row  \
+     bin i spans [floor(i H / out_h), ceil((i + 1) H / out_h)), columns likewise). The first max wins ties; a NaN   \
+     is the max (the window's last NaN, PyTorch's rule); a window holding no input cell gives -inf and index -1. */ \
+  X(max_pool2d, (const Operand& out, const Operand& indices, const Operand& in, const Window2d& w, bool adaptive))   \
+  /* Its adjoint: grad_in (contiguous [N, C, H, W], grad_out's dtype; every cell written) = the sum of grad_out     \
+     (any strides) over the outputs whose index (as max_pool2d wrote it, same w and adaptive) names the cell. CPU:  \
+     a scatter per plane in output order; CUDA: one thread per input cell summing the outputs whose windows may    \
+     hold it (no atomics, deterministic). */                                                                       \
+  X(max_pool2d_backward, (const Operand& grad_in, const Operand& grad_out, const Operand& indices, const Window2d& w, \
+                          bool adaptive))                                                                           \
   /* Layer norm over the last dim of contiguous [rows, cols]: out = (x - mean) * rstd * w + b; mean and rstd        \
      ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for backward. weight/bias may be nullptr. */    \
   X(layer_norm, (const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,                   \

@@ -2,7 +2,8 @@
 // repeated runs on the CPU (f32): GEMM at the three forward shapes of the Fashion-MNIST MLP,
 // sum of 16M, softmax of [4096, 1024], exp of 4M, randn of 1M, and a whole training step
 // of that MLP (784-512-256-10, batch 128, two dropouts, cross_entropy with label smoothing
-// 0.1, AdamW). bench/torch_cpu.py is its PyTorch twin: same workloads, same method.
+// 0.1, AdamW), and max_pool2d(2) forward + backward at the Fashion-MNIST CNN's two pool
+// shapes ([128, 32, 28, 28] and [128, 64, 14, 14]). bench/torch_cpu.py is its PyTorch twin: same workloads, same method.
 // usage: bench_cpu [threads]   (default: get_num_threads()); prints "name ms" lines, then
 // one JSON object.
 #include <algorithm>
@@ -57,6 +58,16 @@ int main(int argc, char** argv) {
     r["exp_4M"] = wall_ms(3, 20, [&] { (void)exp(x); });
   }
   r["randn_1M"] = wall_ms(3, 20, [&] { (void)randn({1 << 20}); });
+  for (std::int64_t c : {32, 64}) {
+    std::int64_t hw = c == 32 ? 28 : 14;
+    Tensor x = randn({128, c, hw, hw}, {.requires_grad = true});
+    Tensor g = randn({128, c, hw / 2, hw / 2});
+    std::string name = "max_pool2d_fwd_bwd_128x" + std::to_string(c) + "x" + std::to_string(hw) + "x" + std::to_string(hw);
+    r[name] = wall_ms(3, 20, [&] {
+      Tensor y = max_pool2d(x, 2);
+      (void)autograd::grad({y}, {x}, {g});
+    });
+  }
   {
     nn::Sequential model{nn::Flatten(), nn::Linear(784, 512), nn::ReLU(), nn::Dropout(0.2),
                          nn::Linear(512, 256), nn::ReLU(), nn::Dropout(0.2), nn::Linear(256, 10)};

@@ -30,6 +30,11 @@ r["softmax_4096x1024"] = wall_ms(3, 20, lambda: torch.softmax(x, -1))
 x = torch.randn(1 << 22)
 r["exp_4M"] = wall_ms(3, 20, lambda: torch.exp(x))
 r["randn_1M"] = wall_ms(3, 20, lambda: torch.randn(1 << 20))
+for c, hw in [(32, 28), (64, 14)]:
+    xp = torch.randn(128, c, hw, hw, requires_grad=True)
+    gp = torch.randn(128, c, hw // 2, hw // 2)
+    r[f"max_pool2d_fwd_bwd_128x{c}x{hw}x{hw}"] = wall_ms(
+        3, 20, lambda: torch.autograd.grad(torch.nn.functional.max_pool2d(xp, 2), xp, gp))
 nn = torch.nn
 model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Dropout(0.2),
                       nn.Linear(512, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))

@@ -335,7 +335,8 @@ public:
   Tensor bias() const;
 };
 
-/// brrr::max_pool2d with fixed options.
+/// brrr::max_pool2d with fixed options; forward_with_indices also returns the argmax indices
+/// (PyTorch's return_indices), which MaxUnpool2d takes.
 class MaxPool2d : public Module {
 public:
   /// An empty handle, assigned later (LibTorch's `nn::MaxPool2d layer{nullptr}`); a template so
@@ -343,6 +344,68 @@ public:
   template <std::same_as<std::nullptr_t> Null> MaxPool2d(Null) {}
   explicit MaxPool2d(Pool2dOptions options);
   explicit MaxPool2d(std::int64_t kernel_size);
+  ValuesIndices forward_with_indices(const Tensor& input) const;
+};
+/// brrr::max_pool1d with fixed options.
+class MaxPool1d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> MaxPool1d(Null) {}
+  explicit MaxPool1d(Pool1dOptions options);
+  explicit MaxPool1d(std::int64_t kernel_size);
+  ValuesIndices forward_with_indices(const Tensor& input) const;
+};
+/// brrr::avg_pool2d with fixed options.
+class AvgPool2d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> AvgPool2d(Null) {}
+  explicit AvgPool2d(Pool2dOptions options);
+  explicit AvgPool2d(std::int64_t kernel_size);
+};
+/// brrr::avg_pool1d with fixed options.
+class AvgPool1d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> AvgPool1d(Null) {}
+  explicit AvgPool1d(Pool1dOptions options);
+  explicit AvgPool1d(std::int64_t kernel_size);
+};
+/// brrr::adaptive_avg_pool2d to a fixed output size.
+class AdaptiveAvgPool2d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> AdaptiveAvgPool2d(Null) {}
+  explicit AdaptiveAvgPool2d(ExpandingArray<2> output_size);
+};
+/// brrr::adaptive_avg_pool1d to a fixed output size.
+class AdaptiveAvgPool1d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> AdaptiveAvgPool1d(Null) {}
+  explicit AdaptiveAvgPool1d(std::int64_t output_size);
+};
+/// brrr::adaptive_max_pool2d to a fixed output size.
+class AdaptiveMaxPool2d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> AdaptiveMaxPool2d(Null) {}
+  explicit AdaptiveMaxPool2d(ExpandingArray<2> output_size);
+  ValuesIndices forward_with_indices(const Tensor& input) const;
+};
+/// brrr::adaptive_max_pool1d to a fixed output size.
+class AdaptiveMaxPool1d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> AdaptiveMaxPool1d(Null) {}
+  explicit AdaptiveMaxPool1d(std::int64_t output_size);
+  ValuesIndices forward_with_indices(const Tensor& input) const;
+};
+/// brrr::max_unpool2d with fixed kernel, stride and padding: unpool(x, indices) or, for an
+/// output size other than the default, unpool(x, indices, {H', W'}). It has no one-tensor
+/// forward (a Sequential cannot hold it: Error(value) there).
+class MaxUnpool2d : public Module {
+public:
+  template <std::same_as<std::nullptr_t> Null> MaxUnpool2d(Null) {}
+  explicit MaxUnpool2d(MaxUnpool2dOptions options);
+  explicit MaxUnpool2d(std::int64_t kernel_size);
+  Tensor operator()(const Tensor& input, const Tensor& indices, std::vector<std::int64_t> output_size = {}) const;
+  Tensor forward(const Tensor& input, const Tensor& indices, std::vector<std::int64_t> output_size = {}) const {
+    return (*this)(input, indices, std::move(output_size));
+  }
 };
 
 /// Flattens dims start..end (default: all but the batch dim).

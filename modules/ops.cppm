@@ -968,22 +968,80 @@ struct Pool2dOptions {
   ExpandingArray<2> kernel_size{2, 2};
   /// Default (unset): the kernel size.
   OptionalExpandingArray<2> stride;
+  /// Implicit -inf (max) or 0 (avg) on each side; at most half the kernel size.
   ExpandingArray<2> padding{0, 0};
   ExpandingArray<2> dilation{1, 1};  ///< max_pool2d only
   /// Output size rounds up, but the last window must start inside the input or the left
   /// padding (PyTorch's rule).
   bool ceil_mode = false;
   bool count_include_pad = true;  ///< avg_pool2d: padding counts in the divisor
+  /// avg_pool2d: every window's sum is divided by this instead (nonzero; PyTorch's name).
+  std::optional<std::int64_t> divisor_override;
 };
-/// Max over windows of [N, C, H, W] (or [C, H, W]); padding never wins (it is -inf).
+/// Max over windows of [N, C, H, W] (or [C, H, W]) -> [N, C, out_h, out_w], out = floor((H +
+/// 2p - d (k - 1) - 1) / s) + 1 (rounded up with ceil_mode); floating dtypes. Padding never
+/// wins (it is -inf); a NaN in a window is its max. One kernel per backend that saves the
+/// argmax; the gradient goes to it (summed where windows overlap). Error(shape) for another
+/// rank or an input too small for the kernel, Error(value) for a non-positive kernel, stride
+/// or dilation, or padding above half the kernel, Error(dtype) for integer inputs.
 [[nodiscard]] Tensor max_pool2d(const Tensor& x, Pool2dOptions options);
 /// max_pool2d(x, 2): a square kernel, stride = kernel (LibTorch's torch::max_pool2d(x, 2)).
 [[nodiscard]] Tensor max_pool2d(const Tensor& x, std::int64_t kernel_size);
-/// Average over windows.
+/// max_pool2d and the i64 index of each max, flat in its input plane (y * W + x; PyTorch's
+/// return_indices): {values, indices} of one shape. A window with no input cell (possible
+/// only with dilation) gives -inf and index -1.
+[[nodiscard]] ValuesIndices max_pool2d_with_indices(const Tensor& x, Pool2dOptions options);
+/// Options of max_unpool2d (the max_pool2d that made the indices).
+struct MaxUnpool2dOptions {
+  ExpandingArray<2> kernel_size{2, 2};
+  /// Default (unset): the kernel size.
+  OptionalExpandingArray<2> stride;
+  ExpandingArray<2> padding{0, 0};
+  /// [H', W'] or [N, C, H', W'] (the last two used); empty: (H - 1) s - 2 p + k per dim.
+  /// Each must lie strictly between default - stride and default + stride (PyTorch's rule).
+  std::vector<std::int64_t> output_size;
+};
+/// The partial inverse of max_pool2d: x [N, C, H, W] (or [C, H, W]) and indices (i64, x's
+/// shape, flat in the output plane) -> zeros [N, C, H', W'] with out[n, c, indices] = x (where
+/// indices repeat, the last in row-major order on the CPU, any one on CUDA). Gradient: the
+/// output gradient gathered at indices. Error(shape) for a rank other than 3/4, indices of
+/// another shape, a bad output_size length; Error(dtype) unless indices are i64; Error(value)
+/// for output_size out of range; an index outside the output plane is Error(index) on the
+/// CPU and the deferred device error on CUDA.
+[[nodiscard]] Tensor max_unpool2d(const Tensor& x, const Tensor& indices, MaxUnpool2dOptions options);
+/// Max over PyTorch's adaptive bins (row bin i spans [floor(i H / out), ceil((i+1) H / out)),
+/// columns likewise) of [N, C, H, W] (or [C, H, W]) -> [N, C, out_h, out_w]; NaN and ties as
+/// max_pool2d. Error(value) for a non-positive output size, Error(shape) for an empty input.
+[[nodiscard]] Tensor adaptive_max_pool2d(const Tensor& x, ExpandingArray<2> output_size);
+/// adaptive_max_pool2d with the flat indices of the maxima, as max_pool2d_with_indices.
+[[nodiscard]] ValuesIndices adaptive_max_pool2d_with_indices(const Tensor& x, ExpandingArray<2> output_size);
+/// Average over windows: the sum divided by the window's cells inside the padded input
+/// (count_include_pad), inside the input only, or by divisor_override. Error(value) for
+/// dilation other than 1 or divisor_override 0; otherwise the errors of max_pool2d.
 [[nodiscard]] Tensor avg_pool2d(const Tensor& x, Pool2dOptions options);
 [[nodiscard]] Tensor avg_pool2d(const Tensor& x, std::int64_t kernel_size);
 /// Average pooling to a fixed output size: bin i spans [floor(i H / out), ceil((i+1) H / out)).
 [[nodiscard]] Tensor adaptive_avg_pool2d(const Tensor& x, ExpandingArray<2> output_size);
+/// Options of the 1-D pools (Pool2dOptions' meaning along the one dim).
+struct Pool1dOptions {
+  std::int64_t kernel_size = 2;
+  /// Default (unset): the kernel size.
+  std::optional<std::int64_t> stride;
+  std::int64_t padding = 0;
+  std::int64_t dilation = 1;  ///< max_pool1d only
+  bool ceil_mode = false;
+  bool count_include_pad = true;  ///< avg_pool1d
+};
+/// The 1-D pools over the last dim of [N, C, L] (or [C, L]): the 2-D ones over a height-1
+/// image, with their errors (naming the 1-D op); indices are positions along L.
+[[nodiscard]] Tensor max_pool1d(const Tensor& x, Pool1dOptions options);
+[[nodiscard]] Tensor max_pool1d(const Tensor& x, std::int64_t kernel_size);
+[[nodiscard]] ValuesIndices max_pool1d_with_indices(const Tensor& x, Pool1dOptions options);
+[[nodiscard]] Tensor avg_pool1d(const Tensor& x, Pool1dOptions options);
+[[nodiscard]] Tensor avg_pool1d(const Tensor& x, std::int64_t kernel_size);
+[[nodiscard]] Tensor adaptive_avg_pool1d(const Tensor& x, std::int64_t output_size);
+[[nodiscard]] Tensor adaptive_max_pool1d(const Tensor& x, std::int64_t output_size);
+[[nodiscard]] ValuesIndices adaptive_max_pool1d_with_indices(const Tensor& x, std::int64_t output_size);
 /// im2col as an op (PyTorch F.unfold): [N, C, H, W] -> [N, C*kh*kw, L]. Backward: fold.
 [[nodiscard]] Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size,
                             std::array<std::int64_t, 2> dilation = {1, 1},

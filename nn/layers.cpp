@@ -112,21 +112,6 @@ private:
 
 // --- parameterless layers -------------------------------------------------------------------
 
-class MaxPool2dImpl final : public ModuleImpl {
-public:
-  explicit MaxPool2dImpl(Pool2dOptions o) : o_(o) {}
-  Tensor forward(const Tensor& x) override { return max_pool2d(x, o_); }
-  std::string name() const override {
-    std::string s = "MaxPool2d(kernel_size=" + pair_str(o_.kernel_size) +
-                    ", stride=" + pair_str(o_.stride.value_or(o_.kernel_size)) + ", padding=" + pair_str(o_.padding) +
-                    ", dilation=" + pair_str(o_.dilation);
-    return s + ", ceil_mode=" + bool_str(o_.ceil_mode) + ")";
-  }
-
-private:
-  Pool2dOptions o_;
-};
-
 class FlattenImpl final : public ModuleImpl {
 public:
   FlattenImpl(std::int64_t start, std::int64_t end) : start_(start), end_(end) {}
@@ -274,10 +259,6 @@ Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t
     : Conv2d(in_channels, out_channels, std::array<std::int64_t, 2>{kernel_size, kernel_size}, options, bias) {}
 Tensor Conv2d::weight() const { return detail::own_tensor(impl_, "weight"); }
 Tensor Conv2d::bias() const { return detail::own_tensor(impl_, "bias"); }
-
-MaxPool2d::MaxPool2d(Pool2dOptions options) { impl_ = std::make_shared<MaxPool2dImpl>(options); }
-MaxPool2d::MaxPool2d(std::int64_t kernel_size)
-    : MaxPool2d(Pool2dOptions{.kernel_size = {kernel_size, kernel_size}}) {}
 
 Flatten::Flatten(std::int64_t start_dim, std::int64_t end_dim) {
   impl_ = std::make_shared<FlattenImpl>(start_dim, end_dim);

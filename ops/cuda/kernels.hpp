@@ -168,6 +168,15 @@ int im2col(const Operand& out, const Operand& in, const Window2d& g, double pad_
 /// out (contiguous [N, C, H, W]) = sum of the column entries that read each cell.
 int col2im(const Operand& out, const Operand& col, const Window2d& g, void* stream);
 
+// ---- max pooling (ops/cuda/pool.cu): Backend::max_pool2d / max_pool2d_backward's contract ----
+
+/// out, indices (contiguous [N, C, out_h, out_w]) = each window's max and its flat index.
+int max_pool2d(const Operand& out, const Operand& indices, const Operand& in, const Window2d& g, bool adaptive,
+               void* stream);
+/// grad_in (contiguous [N, C, H, W]) = the sum of grad_out over the outputs whose index names the cell.
+int max_pool2d_backward(const Operand& grad_in, const Operand& grad_out, const Operand& indices, const Window2d& g,
+                        bool adaptive, void* stream);
+
 }  // namespace brrr::kernels
 
 // ---- Optimizer updates: SGD, Adam, AdamW (ops/cuda/optimizer.cu) ------------------------
