@@ -65,7 +65,7 @@ void CpuBackend::im2col(const Operand& out, const Operand& in, const Window2d& g
               const T* line = plane + y * st[2];
               std::fill(r, r + s.lo, pad);
               if (g.sw == 1 && st[3] == 1) {
-                for (std::int64_t ox = s.lo; ox < s.hi; ++ox) r[ox] = line[x0 + ox];
+                if (s.hi > s.lo) std::copy(line + (x0 + s.lo), line + (x0 + s.hi), r + s.lo);  // a memmove
               } else {
                 for (std::int64_t ox = s.lo; ox < s.hi; ++ox) r[ox] = line[(ox * g.sw + x0) * st[3]];
               }
@@ -108,8 +108,11 @@ void CpuBackend::col2im(const Operand& out, const Operand& in, const Window2d& g
               if (y < 0 || y >= g.h) continue;
               const T* r = src + oy * g.out_w * cs[2];
               Acc* line = cell + y * g.w;
-              if (g.sw == 1 && cs[2] == 1) {
-                for (std::int64_t ox = s.lo; ox < s.hi; ++ox) line[x0 + ox] += load<T>(r[ox]);
+              if (g.sw == 1 && cs[2] == 1) {  // distinct buffers: let the loop vectorise
+                if (s.hi <= s.lo) continue;
+                Acc* __restrict dst = line + (x0 + s.lo);
+                const T* __restrict src = r + s.lo;
+                for (std::int64_t k = 0; k < s.hi - s.lo; ++k) dst[k] += load<T>(src[k]);
               } else {
                 for (std::int64_t ox = s.lo; ox < s.hi; ++ox) line[ox * g.sw + x0] += load<T>(r[ox * cs[2]]);
               }
