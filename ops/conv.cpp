@@ -1,6 +1,8 @@
-// unfold (im2col), fold (col2im) and conv2d = unfold + GEMM. unfold and fold are each
-// other's adjoint, so each one's backward is the other and conv2d needs no backward of its
-// own: matmul, view and add record the rest.
+// unfold (im2col), fold (col2im) and conv2d. unfold and fold are each other's adjoint, so
+// each one's backward is the other. conv2d checks its arguments, resolves its padding ("same",
+// "valid", amounts; padding_mode through pad), then runs on the CPU one node over the
+// kernels of ops/conv_gemm.cpp, and on CUDA unfold + batched GEMM (matmul, view and add
+// record the rest).
 module;
 #include <array>
 #include <cstdint>

@@ -1,10 +1,10 @@
 // conv_transpose2d (the adjoint of conv2d in its input, PyTorch's F.conv_transpose2d) and
-// conv1d. conv_transpose2d runs conv2d's input-gradient path forward: per group one batched
-// GEMM W_g^T [Cout_g*kh*kw, Cin_g] @ x_g [N, Cin_g, H*W] gives the columns, and fold
-// (col2im) sums them into the output, whose conv2d sweep has H x W positions. matmul and fold
-// record their own backward rules (fold's adjoint is unfold, so the input gradient is a
-// conv2d of the output gradient), so the op needs none of its own. conv1d is conv2d over a
-// height-1 image.
+// conv1d. conv_transpose2d runs conv2d's input-gradient path forward: on the CPU the kernels
+// of ops/conv_gemm.cpp under one node (its gradients are conv2d's forward and weight-gradient
+// kernels); on CUDA per group one batched GEMM W_g^T [Cout_g*kh*kw, Cin_g] @ x_g
+// [N, Cin_g, H*W] gives the columns, and fold (col2im) sums them into the output, whose conv2d
+// sweep has H x W positions; matmul and fold record their own backward rules there. conv1d
+// is conv2d over a height-1 image.
 module;
 #include <array>
 #include <cstdint>
