@@ -2,8 +2,12 @@
 // repeated runs on the CPU (f32): GEMM at the three forward shapes of the Fashion-MNIST MLP,
 // sum of 16M, softmax of [4096, 1024], exp of 4M, randn of 1M, and a whole training step
 // of that MLP (784-512-256-10, batch 128, two dropouts, cross_entropy with label smoothing
-// 0.1, AdamW), and max_pool2d(2) forward + backward at the Fashion-MNIST CNN's two pool
-// shapes ([128, 32, 28, 28] and [128, 64, 14, 14]). bench/torch_cpu.py is its PyTorch twin: same workloads, same method.
+// 0.1, AdamW); max_pool2d(2) forward + backward at the Fashion-MNIST CNN's two pool shapes
+// ([128, 32, 28, 28] and [128, 64, 14, 14]); the convolution of that CNN's second layer
+// (32 -> 64 channels, 3x3, padding 1, 14x14, batch 128) forward and forward + backward, and a
+// whole training step of the Fashion-MNIST CNN (examples/fashion_mnist.cpp:
+// conv32-pool-conv64-pool-fc128 with two dropouts, same loss and optimizer).
+// bench/torch_cpu.py is its PyTorch twin: same workloads, same method.
 // usage: bench_cpu [threads]   (default: get_num_threads()); prints "name ms" lines, then
 // one JSON object.
 #include <algorithm>
@@ -75,6 +79,33 @@ int main(int argc, char** argv) {
     Tensor x = randn({128, 1, 28, 28});
     Tensor y = randint(0, 10, {128});
     r["mlp_step"] = wall_ms(5, 40, [&] {
+      Tensor loss = cross_entropy(model(x), y, {.label_smoothing = 0.1});
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    });
+  }
+  {
+    Tensor x = randn({128, 32, 14, 14}, {.requires_grad = true});
+    Tensor w = randn({64, 32, 3, 3}, {.requires_grad = true}), b = randn({64}, {.requires_grad = true});
+    r["conv2d_b128_32to64_14x14_fwd"] = wall_ms(3, 20, [&] {
+      NoGradGuard g;
+      (void)conv2d(x, w, b, {.padding = 1});
+    });
+    r["conv2d_b128_32to64_14x14_fwd_bwd"] = wall_ms(3, 20, [&] {
+      for (const Tensor& t : {x, w, b}) t.set_grad({});
+      conv2d(x, w, b, {.padding = 1}).sum().backward();
+    });
+  }
+  {
+    nn::Sequential model{nn::Conv2d(1, 32, 3, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
+                         nn::Conv2d(32, 64, 3, {.padding = 1}), nn::ReLU(), nn::MaxPool2d(2),
+                         nn::Flatten(), nn::Dropout(0.25), nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
+                         nn::Dropout(0.25), nn::Linear(128, 10)};
+    optim::AdamW opt(model.parameters(), optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.05});
+    Tensor x = randn({128, 1, 28, 28});
+    Tensor y = randint(0, 10, {128});
+    r["cnn_step"] = wall_ms(3, 15, [&] {
       Tensor loss = cross_entropy(model(x), y, {.label_smoothing = 0.1});
       opt.zero_grad();
       loss.backward();

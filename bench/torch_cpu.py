@@ -50,6 +50,37 @@ def step():
 
 
 r["mlp_step"] = wall_ms(5, 40, step)
+x = torch.randn(128, 32, 14, 14, requires_grad=True)
+w, b = torch.randn(64, 32, 3, 3, requires_grad=True), torch.randn(64, requires_grad=True)
+
+
+def conv_fwd():
+    with torch.no_grad():
+        nn.functional.conv2d(x, w, b, padding=1)
+
+
+def conv_fwd_bwd():
+    x.grad = w.grad = b.grad = None
+    nn.functional.conv2d(x, w, b, padding=1).sum().backward()
+
+
+r["conv2d_b128_32to64_14x14_fwd"] = wall_ms(3, 20, conv_fwd)
+r["conv2d_b128_32to64_14x14_fwd_bwd"] = wall_ms(3, 20, conv_fwd_bwd)
+cnn = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1),
+                    nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Dropout(0.25), nn.Linear(64 * 7 * 7, 128),
+                    nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+cnn_opt = torch.optim.AdamW(cnn.parameters(), lr=1e-3, weight_decay=0.05)
+x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
+
+
+def cnn_step():
+    loss = nn.functional.cross_entropy(cnn(x), y, label_smoothing=0.1)
+    cnn_opt.zero_grad()
+    loss.backward()
+    cnn_opt.step()
+
+
+r["cnn_step"] = wall_ms(3, 15, cnn_step)
 print("threads", torch.get_num_threads())
 for k in sorted(r):
     print(k, f"{r[k]:.4f}")

@@ -293,7 +293,10 @@ public:
 };
 
 /// 2-D convolution [N, C, H, W] -> [N, O, H', W'] (see brrr::conv2d). Weight
-/// [O, C/groups, kh, kw] and bias initialised like PyTorch's Conv2d.
+/// [O, C/groups, kh, kw] and bias initialised like PyTorch's Conv2d. Options as PyTorch's:
+/// padding amounts or "same" / "valid", padding_mode "zeros" | "reflect" | "replicate" |
+/// "circular" (the input padded by brrr::pad first); Error(value) at construction for another
+/// mode or "same" with a stride.
 class Conv2d : public Module {
 public:
   /// An empty handle, assigned later (LibTorch's `nn::Conv2d layer{nullptr}`); a template so
@@ -323,7 +326,7 @@ public:
   Tensor bias() const;
 };
 /// 1-D convolution [N, C, L] -> [N, O, L'] (see brrr::conv1d); weight [O, C/groups, k]
-/// initialised like Conv2d's.
+/// initialised like Conv2d's; padding and padding_mode as Conv2d's.
 class Conv1d : public Module {
 public:
   /// An empty handle, assigned later (LibTorch's `nn::Conv1d layer{nullptr}`); a template so
@@ -710,4 +713,9 @@ std::shared_ptr<ModuleImpl> function_module(std::function<Tensor(const Tensor&)>
 /// The module's own parameter (or buffer) `name`, undefined when it has none by that name;
 /// Error(value) for an empty handle (nn/layers.cpp). The accessors weight(), bias(), ...
 Tensor own_tensor(const std::shared_ptr<ModuleImpl>& impl, const std::string& name, bool buffer = false);
+/// ", padding=same" / ", padding=valid" / ", padding=<amounts>" (empty amounts: nothing), as
+/// PyTorch prints a conv module's padding (nn/conv.cpp).
+std::string conv_padding_text(bool same, bool valid, const std::string& amounts);
+/// Error(value) naming `module` for an unknown padding_mode or "same" with a stride (nn/conv.cpp).
+void check_conv_options(const char* module, const std::string& padding_mode, bool same, bool strided);
 }  // namespace brrr::nn::detail

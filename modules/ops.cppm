@@ -911,16 +911,56 @@ template <std::size_t N> struct OptionalExpandingArray {
   ExpandingArray<N> value_or(ExpandingArray<N> fallback) const { return value_.value_or(fallback); }
 };
 
-/// Options of conv2d.
+/// A convolution's padding: amounts added on both sides of each spatial dim (one number
+/// for all, N numbers, or braces: `{.padding = 1}`, `{.padding = {1, 2}}`), or PyTorch's
+/// strings "valid" (none) and "same" (the output keeps the input's size; stride must be 1;
+/// the total d (k - 1) is split with the odd extra row/column at the bottom/right, as
+/// PyTorch does). Another string is Error(value).
+template <std::size_t N> struct ConvPadding {
+  enum class Kind : std::uint8_t { amounts, same, valid };
+  ExpandingArray<N> amounts = ExpandingArray<N>(std::int64_t{0});
+  Kind kind = Kind::amounts;
+  ConvPadding(std::int64_t value) : amounts(value) {}
+  ConvPadding(std::array<std::int64_t, N> v) : amounts(v) {}
+  ConvPadding(std::initializer_list<std::int64_t> list) : amounts(list) {}
+  ConvPadding(ExpandingArray<N> v) : amounts(v) {}
+  /// "same" or "valid" (a template, so that a literal 0 still means a number).
+  template <class S>
+    requires(std::is_convertible_v<const S&, std::string_view> && !std::is_arithmetic_v<S>)
+  ConvPadding(const S& text) {
+    const std::string_view t = text;
+    if (t == "same") {
+      kind = Kind::same;
+    } else if (t == "valid") {
+      kind = Kind::valid;
+    } else {
+      throw Error(ErrorKind::value, "conv: padding \"" + std::string(t) + "\" must be \"same\", \"valid\" or amounts");
+    }
+  }
+  /// The amount on each side of dim i (only for Kind::amounts; "same" depends on the kernel).
+  std::int64_t operator[](std::size_t i) const { return amounts[i]; }
+  friend bool operator==(const ConvPadding& a, const ConvPadding& b) { return a.kind == b.kind && a.amounts == b.amounts; }
+};
+
+/// Options of conv2d (and nn::Conv2d: LibTorch's Conv2dOptions).
 struct Conv2dOptions {
   ExpandingArray<2> stride{1, 1};
-  ExpandingArray<2> padding{0, 0};
+  ConvPadding<2> padding{0, 0};
   ExpandingArray<2> dilation{1, 1};
   std::int64_t groups = 1;
+  /// What the padding holds: "zeros", or "reflect", "replicate", "circular" (the input padded
+  /// by brrr::pad first, as PyTorch's nn.Conv2d does; PyTorch's F.conv2d has only zeros).
+  std::string padding_mode = "zeros";
 };
-/// 2-D convolution (cross-correlation, as PyTorch): input [N, C, H, W], weight
+/// 2-D convolution (cross-correlation, as PyTorch): input [N, C, H, W] (or [C, H, W]), weight
 /// [O, C/groups, kh, kw], bias [O] or undefined -> [N, O, out_h, out_w] with
-/// out = floor((H + 2p - d (k - 1) - 1) / s) + 1. im2col + GEMM.
+/// out = floor((H + p_top + p_bottom - d (k - 1) - 1) / s) + 1. On the CPU a kernel of its own
+/// (batched im2col + GEMM per chunk of samples with the bias fused, GEMM + col2im for the input
+/// gradient, the weight gradient accumulated by GEMM into one buffer; docs/architecture.md);
+/// on CUDA unfold + batched GEMM. Error(shape) for mismatched channels/ranks or an input smaller
+/// than the dilated kernel, Error(dtype) unless input, weight and bias share a floating dtype,
+/// Error(value) for non-positive kernel/stride/dilation, negative padding, "same" with a stride
+/// other than 1, or an unknown padding_mode.
 [[nodiscard]] Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                             Conv2dOptions options = {});
 /// Options of conv_transpose2d (PyTorch's argument names).
@@ -941,12 +981,16 @@ struct ConvTranspose2dOptions {
 /// negative padding, or output_padding not below stride or dilation.
 [[nodiscard]] Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                                       ConvTranspose2dOptions options = {});
-/// Options of conv1d.
+/// Options of conv1d (and nn::Conv1d); padding and padding_mode as Conv2dOptions'.
 struct Conv1dOptions {
-  std::int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  std::int64_t stride = 1;
+  ConvPadding<1> padding = 0;
+  std::int64_t dilation = 1, groups = 1;
+  std::string padding_mode = "zeros";
 };
 /// 1-D convolution: input [N, C, L] (or [C, L]), weight [O, C/groups, k], bias [O] ->
-/// [N, O, L'], L' = floor((L + 2p - d (k - 1) - 1) / s) + 1; conv2d over a height-1 image.
+/// [N, O, L'], L' = floor((L + p_left + p_right - d (k - 1) - 1) / s) + 1; conv2d over a
+/// height-1 image (its errors, named conv1d).
 [[nodiscard]] Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = {},
                             Conv1dOptions options = {});
 /// PyTorch's F.pad: `padding` lists (before, after) pairs from the last dim backwards,
@@ -1210,6 +1254,24 @@ Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
 Tensor fold_cols(const Tensor& cols, const backend::Window2d& g);
 /// unfold with a chosen value for cells outside the input (0 for conv, -inf for max pools).
 Tensor unfold_with_pad(const Tensor& x, const backend::Window2d& g, double pad_value);
+
+/// The convolution's products (ops/conv_gemm.cpp), unrecorded: `win` sweeps the whole input
+/// [N, C, H, W] (c = C), `groups` splits C and the weight's O rows. The CPU path: chunked
+/// im2col + GEMM (forward with the bias fused), GEMM + col2im (input gradient -> [N, C, H, W]),
+/// GEMM accumulation into one buffer (weight gradient -> weight_shape).
+Tensor conv2d_gemm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const backend::Window2d& win,
+                           std::int64_t groups);
+Tensor conv2d_gemm_input_grad(const Tensor& grad_out, const Tensor& weight, const backend::Window2d& win,
+                              std::int64_t groups);
+Tensor conv2d_gemm_weight_grad(const Tensor& grad_out, const Tensor& x, const backend::Window2d& win,
+                               std::int64_t groups, const Shape& weight_shape);
+/// The same two gradients as recorded ops (unfold/fold + matmul), for create_graph.
+Tensor conv2d_composite_input_grad(const Tensor& grad_out, const Tensor& weight, const backend::Window2d& win,
+                                   std::int64_t groups);
+Tensor conv2d_composite_weight_grad(const Tensor& grad_out, const Tensor& x, const backend::Window2d& win,
+                                    std::int64_t groups, const Shape& weight_shape);
+/// The bias gradient of a convolution: grad_out [N, O, ...] summed to [O].
+Tensor conv_bias_grad(const Tensor& grad_out);
 
 }  // namespace brrr::ops_detail
 

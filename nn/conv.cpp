@@ -29,6 +29,24 @@ void register_conv_parameters(ModuleImpl& m, const Shape& shape, std::int64_t ou
   }
 }
 
+}  // namespace
+
+std::string detail::conv_padding_text(bool same, bool valid, const std::string& amounts) {
+  if (same) return ", padding=same";
+  if (valid) return ", padding=valid";
+  return amounts.empty() ? std::string() : ", padding=" + amounts;
+}
+
+void detail::check_conv_options(const char* module, const std::string& padding_mode, bool same, bool strided) {
+  if (padding_mode != "zeros" && padding_mode != "reflect" && padding_mode != "replicate" && padding_mode != "circular")
+    throw Error(ErrorKind::value, std::string(module) + ": padding_mode must be \"zeros\", \"reflect\", " +
+                                      "\"replicate\" or \"circular\", got \"" + padding_mode + "\"");
+  if (same && strided)
+    throw Error(ErrorKind::value, std::string(module) + ": padding \"same\" is not supported for strided convolutions");
+}
+
+namespace {
+
 void check_channels(const char* op, std::int64_t in, std::int64_t out, std::int64_t groups) {
   if (in <= 0 || out <= 0 || groups <= 0 || in % groups != 0 || out % groups != 0)
     throw Error(ErrorKind::value, std::string(op) + ": in_channels (" + std::to_string(in) + ") and out_channels (" +
@@ -73,6 +91,7 @@ public:
       : in_(in), out_(out), k_(k), o_(o), has_bias_(bias) {
     check_channels("Conv1d", in, out, o.groups);
     if (k <= 0) throw Error(ErrorKind::value, "Conv1d: kernel_size " + std::to_string(k) + " must be positive");
+    detail::check_conv_options("Conv1d", o.padding_mode, o.padding.kind == ConvPadding<1>::Kind::same, o.stride != 1);
     register_conv_parameters(*this, {out, in / o.groups, k}, out, bias);
   }
   Tensor forward(const Tensor& x) override {
@@ -81,10 +100,15 @@ public:
   std::string name() const override {
     std::string s = "Conv1d(" + std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=(" +
                     std::to_string(k_) + ",), stride=(" + std::to_string(o_.stride) + ",)";
-    if (o_.padding != 0) s += ", padding=(" + std::to_string(o_.padding) + ",)";
+    s += detail::conv_padding_text(o_.padding.kind == ConvPadding<1>::Kind::same,
+                                   o_.padding.kind == ConvPadding<1>::Kind::valid,
+                                   o_.padding.kind == ConvPadding<1>::Kind::amounts && o_.padding[0] != 0
+                                       ? "(" + std::to_string(o_.padding[0]) + ",)"
+                                       : std::string());
     if (o_.dilation != 1) s += ", dilation=(" + std::to_string(o_.dilation) + ",)";
     if (o_.groups != 1) s += ", groups=" + std::to_string(o_.groups);
     if (!has_bias_) s += ", bias=false";
+    if (o_.padding_mode != "zeros") s += ", padding_mode=" + o_.padding_mode;
     return s + ")";
   }
 

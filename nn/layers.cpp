@@ -84,6 +84,8 @@ public:
       throw Error(ErrorKind::value, "Conv2d: in_channels (" + std::to_string(in) + ") and out_channels (" +
                                         std::to_string(out) + ") must be divisible by groups (" +
                                         std::to_string(o.groups) + ")");
+    detail::check_conv_options("Conv2d", o.padding_mode, o.padding.kind == ConvPadding<2>::Kind::same,
+                               o.stride[0] != 1 || o.stride[1] != 1);
     Tensor weight = register_parameter("weight", empty({out, in / o.groups, k[0], k[1]}));
     init::kaiming_uniform_(weight, std::sqrt(5.0));
     if (bias) {
@@ -96,10 +98,16 @@ public:
   std::string name() const override {
     std::string s = "Conv2d(" + std::to_string(in_) + ", " + std::to_string(out_) + ", kernel_size=" + pair_str(k_) +
                     ", stride=" + pair_str(o_.stride);
-    if (o_.padding != std::array<std::int64_t, 2>{0, 0}) s += ", padding=" + pair_str(o_.padding);
+    s += detail::conv_padding_text(o_.padding.kind == ConvPadding<2>::Kind::same,
+                                   o_.padding.kind == ConvPadding<2>::Kind::valid,
+                                   o_.padding.kind == ConvPadding<2>::Kind::amounts &&
+                                           o_.padding.amounts != ExpandingArray<2>(std::int64_t{0})
+                                       ? pair_str(o_.padding.amounts)
+                                       : std::string());
     if (o_.dilation != std::array<std::int64_t, 2>{1, 1}) s += ", dilation=" + pair_str(o_.dilation);
     if (o_.groups != 1) s += ", groups=" + std::to_string(o_.groups);
     if (!has_bias_) s += ", bias=false";
+    if (o_.padding_mode != "zeros") s += ", padding_mode=" + o_.padding_mode;
     return s + ")";
   }
 

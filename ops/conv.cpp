@@ -1,6 +1,8 @@
-// unfold (im2col), fold (col2im) and conv2d = unfold + GEMM. unfold and fold are each
-// other's adjoint, so each one's backward is the other and conv2d needs no backward of its
-// own: matmul, view and add record the rest.
+// unfold (im2col), fold (col2im) and conv2d. unfold and fold are each other's adjoint, so
+// each one's backward is the other. conv2d checks its arguments, resolves its padding ("same",
+// "valid", amounts; padding_mode through pad), then runs on the CPU one node over the
+// kernels of ops/conv_gemm.cpp, and on CUDA unfold + batched GEMM (matmul, view and add
+// record the rest).
 module;
 #include <array>
 #include <cstdint>
@@ -129,6 +131,73 @@ Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::ar
   return unbatched ? out.squeeze(0) : out;
 }
 
+namespace {
+
+// The padding of each spatial dim as (before, after), from amounts, "valid" or "same".
+std::array<std::array<std::int64_t, 2>, 2> resolve_padding(const char* op, const ConvPadding<2>& p,
+                                                           std::array<std::int64_t, 2> k, const Conv2dOptions& o) {
+  std::array<std::array<std::int64_t, 2>, 2> r{};
+  for (std::size_t i = 0; i < 2; ++i) {
+    switch (p.kind) {
+      case ConvPadding<2>::Kind::amounts: r[i] = {p[i], p[i]}; break;
+      case ConvPadding<2>::Kind::valid: r[i] = {0, 0}; break;
+      case ConvPadding<2>::Kind::same: {
+        if (o.stride[0] != 1 || o.stride[1] != 1)
+          throw Error(ErrorKind::value, std::string(op) + ": padding \"same\" needs stride 1, got stride " +
+                                            pair_text(o.stride));
+        const std::int64_t total = o.dilation[i] * (k[i] - 1);  // PyTorch: the odd one at the end
+        r[i] = {total / 2, total - total / 2};
+        break;
+      }
+    }
+  }
+  return r;
+}
+
+// The CPU conv2d: one node over the kernels of ops/conv_gemm.cpp.
+Tensor conv2d_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const backend::Window2d& win,
+                  std::int64_t groups) {
+  Tensor out = conv2d_gemm_forward(x, weight, bias, win, groups);
+  if (autograd::any_requires_grad({x, weight, bias}))
+    autograd::record("ConvolutionBackward", {x, weight, bias}, {out}, {x, weight},
+                     [win, groups](const autograd::Backward& c) {
+                       const Tensor& g = c.grad();
+                       const Tensor x = c.saved(0), w = c.saved(1);
+                       autograd::Grads r(3);
+                       const bool recorded = autograd::is_grad_enabled();  // create_graph
+                       if (c.needs(0))
+                         r[0] = recorded ? conv2d_composite_input_grad(g, w, win, groups)
+                                         : conv2d_gemm_input_grad(g, w, win, groups);
+                       if (c.needs(1))
+                         r[1] = recorded ? conv2d_composite_weight_grad(g, x, win, groups, w.shape())
+                                         : conv2d_gemm_weight_grad(g, x, win, groups, w.shape());
+                       if (c.needs(2)) r[2] = conv_bias_grad(g);
+                       return r;
+                     });
+  return out;
+}
+
+// The CUDA conv2d: per group unfold + one batched GEMM (recorded ops: their rules are the
+// backward).
+Tensor conv2d_composite(const Tensor& x, const Tensor& weight, const Tensor& bias, const backend::Window2d& win,
+                        std::int64_t groups) {
+  const std::int64_t N = win.n, C = win.c, O = weight.size(0), Cg = C / groups, Og = O / groups;
+  backend::Window2d wg = win;
+  wg.c = Cg;
+  std::vector<Tensor> outs;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    Tensor xg = groups == 1 ? x : x.narrow(1, g * Cg, Cg);
+    Tensor w = groups == 1 ? weight : weight.narrow(0, g * Og, Og);
+    Tensor cols = unfold_with_pad(xg, wg, 0.0);
+    // [Og, Cg*kh*kw] @ [N, Cg*kh*kw, L] -> [N, Og, L]
+    outs.push_back(matmul(w.reshape({Og, Cg * win.kh * win.kw}), cols));
+  }
+  Tensor out = (groups == 1 ? outs[0] : cat(outs, 1)).view({N, O, win.out_h, win.out_w});
+  return bias.defined() ? add(out, bias.view({1, O, 1, 1})) : out;
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Conv2dOptions o) {
   BRRR_AUTOCAST(lower_precision, conv2d, input, weight, bias, o);
   NvtxRange range("conv2d");
@@ -151,24 +220,36 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Con
                                       "); out_channels must divide by groups too");
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != O))
     throw Error(ErrorKind::shape, "conv2d: bias must be [" + std::to_string(O) + "], got " + describe(bias));
+  const std::string& mode = o.padding_mode;
+  if (mode != "zeros" && mode != "reflect" && mode != "replicate" && mode != "circular")
+    throw Error(ErrorKind::value, "conv2d: padding_mode must be \"zeros\", \"reflect\", \"replicate\" or " +
+                                      std::string("\"circular\", got \"") + mode + "\"");
   std::array<std::int64_t, 2> k{weight.size(2), weight.size(3)};
-  check_window_args("conv2d", k, o.dilation, o.padding, o.stride);
-  std::int64_t oh = conv_out_size(x.size(2), k[0], o.stride[0], o.padding[0], o.dilation[0]);
-  std::int64_t ow = conv_out_size(x.size(3), k[1], o.stride[1], o.padding[1], o.dilation[1]);
+  const std::array<std::int64_t, 2> padding_shown{o.padding[0], o.padding[1]};
+  check_window_args("conv2d", k, o.dilation, o.padding.kind == ConvPadding<2>::Kind::amounts ? padding_shown
+                                                                                            : std::array<std::int64_t, 2>{},
+                    o.stride);
+  auto pads = resolve_padding("conv2d", o.padding, k, o);
+  if (mode != "zeros" && (pads[0][0] || pads[0][1] || pads[1][0] || pads[1][1])) {
+    try {  // the padded input, as PyTorch's nn.Conv2d does for these modes
+      x = pad(x, {pads[1][0], pads[1][1], pads[0][0], pads[0][1]}, mode);
+    } catch (const Error& e) {
+      throw Error(e.kind(), "conv2d (padding_mode \"" + mode + "\"): " + e.what());
+    }
+    pads = {};
+  }
+  auto out_size = [&](std::size_t i) {
+    // floor((in + before + after - d (k - 1) - 1) / s) + 1, rounding toward -inf
+    std::int64_t span = x.size(2 + static_cast<std::int64_t>(i)) + pads[i][0] + pads[i][1] - o.dilation[i] * (k[i] - 1) - 1;
+    return (span >= 0 ? span / o.stride[i] : -((-span + o.stride[i] - 1) / o.stride[i])) + 1;
+  };
+  const std::int64_t oh = out_size(0), ow = out_size(1);
   if (oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, "conv2d: input " + describe(input) + " is smaller than the dilated kernel " +
-                                      pair_text(k) + " with padding " + pair_text(o.padding));
-  std::int64_t N = x.size(0), Cg = C / groups, Og = O / groups;
-  std::vector<Tensor> outs;
-  for (std::int64_t g = 0; g < groups; ++g) {
-    Tensor xg = groups == 1 ? x : x.narrow(1, g * Cg, Cg);
-    Tensor wg = groups == 1 ? weight : weight.narrow(0, g * Og, Og);
-    Tensor cols = unfold_with_pad(xg, window(xg.shape(), k, o.dilation, o.padding, o.stride, oh, ow), 0.0);
-    // [Og, Cg*kh*kw] @ [N, Cg*kh*kw, L] -> [N, Og, L]
-    outs.push_back(matmul(wg.reshape({Og, Cg * k[0] * k[1]}), cols));
-  }
-  Tensor out = (groups == 1 ? outs[0] : cat(outs, 1)).view({N, O, oh, ow});
-  if (bias.defined()) out = add(out, bias.view({1, O, 1, 1}));
+                                      pair_text(k) + " with padding " + pair_text({pads[0][0], pads[1][0]}));
+  const backend::Window2d win{x.size(0), C,         x.size(2),  x.size(3),     k[0],          k[1], o.stride[0],
+                              o.stride[1], pads[0][0], pads[1][0], o.dilation[0], o.dilation[1], oh,   ow};
+  Tensor out = x.device().is_cpu() ? conv2d_cpu(x, weight, bias, win, groups) : conv2d_composite(x, weight, bias, win, groups);
   return unbatched ? out.squeeze(0) : out;
 }
 

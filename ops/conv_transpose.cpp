@@ -1,10 +1,10 @@
 // conv_transpose2d (the adjoint of conv2d in its input, PyTorch's F.conv_transpose2d) and
-// conv1d. conv_transpose2d runs conv2d's input-gradient path forward: per group one batched
-// GEMM W_g^T [Cout_g*kh*kw, Cin_g] @ x_g [N, Cin_g, H*W] gives the columns, and fold
-// (col2im) sums them into the output, whose conv2d sweep has H x W positions. matmul and fold
-// record their own backward rules (fold's adjoint is unfold, so the input gradient is a
-// conv2d of the output gradient), so the op needs none of its own. conv1d is conv2d over a
-// height-1 image.
+// conv1d. conv_transpose2d runs conv2d's input-gradient path forward: on the CPU the kernels
+// of ops/conv_gemm.cpp under one node (its gradients are conv2d's forward and weight-gradient
+// kernels); on CUDA per group one batched GEMM W_g^T [Cout_g*kh*kw, Cin_g] @ x_g
+// [N, Cin_g, H*W] gives the columns, and fold (col2im) sums them into the output, whose conv2d
+// sweep has H x W positions; matmul and fold record their own backward rules there. conv1d
+// is conv2d over a height-1 image.
 module;
 #include <array>
 #include <cstdint>
@@ -84,6 +84,37 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   // positions (output_padding only adds rows/columns no window start reaches).
   const backend::Window2d g{n, cout_g, oh, ow, k[0], k[1], o.stride[0], o.stride[1], o.padding[0], o.padding[1],
                             o.dilation[0], o.dilation[1], h, w};
+  if (x.device().is_cpu()) {
+    // That conv2d's kernels (ops/conv_gemm.cpp): its weight [Cin, Cout/groups, kh, kw] is this
+    // op's, its input gradient is this op's output; so this op's input gradient is that
+    // conv2d's forward and its weight gradient that conv2d's weight gradient with the roles
+    // of input and output gradient exchanged.
+    backend::Window2d full = g;
+    full.c = cout;
+    Tensor out = conv2d_gemm_input_grad(x, weight, full, groups);
+    if (bias.defined()) {
+      NoGradGuard no_grad;
+      out = add(out, bias.view({1, cout, 1, 1}));
+    }
+    if (autograd::any_requires_grad({x, weight, bias}))
+      autograd::record("ConvolutionBackward", {x, weight, bias}, {out}, {x, weight},
+                       [full, groups](const autograd::Backward& c) {
+                         const Tensor& gy = c.grad();
+                         const Tensor xs = c.saved(0), ws = c.saved(1);
+                         autograd::Grads r(3);
+                         const bool recorded = autograd::is_grad_enabled();  // create_graph
+                         if (c.needs(0))
+                           r[0] = recorded ? conv2d(gy, ws, {}, {.stride = {full.sh, full.sw}, .padding = {full.ph, full.pw},
+                                                                 .dilation = {full.dh, full.dw}, .groups = groups})
+                                           : conv2d_gemm_forward(gy, ws, {}, full, groups);
+                         if (c.needs(1))
+                           r[1] = recorded ? conv2d_composite_weight_grad(xs, gy, full, groups, ws.shape())
+                                           : conv2d_gemm_weight_grad(xs, gy, full, groups, ws.shape());
+                         if (c.needs(2)) r[2] = conv_bias_grad(gy);
+                         return r;
+                       });
+    return unbatched ? out.squeeze(0) : out;
+  }
   std::vector<Tensor> outs;
   for (std::int64_t gi = 0; gi < groups; ++gi) {
     Tensor xg = (groups == 1 ? x : x.narrow(1, gi * cin_g, cin_g)).reshape({n, cin_g, h * w});
@@ -108,8 +139,22 @@ Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Con
   if (weight.dim() != 3)
     throw Error(ErrorKind::shape, std::string(op) + ": weight must be [out_channels, in_channels/groups, k], got " +
                                       describe(weight));
-  Tensor y = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
-                    {.stride = {1, o.stride}, .padding = {0, o.padding}, .dilation = {1, o.dilation}, .groups = o.groups});
+  if (o.padding.kind == ConvPadding<1>::Kind::same && o.stride != 1)
+    throw Error(ErrorKind::value, std::string(op) + ": padding \"same\" needs stride 1, got stride " +
+                                      std::to_string(o.stride));
+  ConvPadding<2> padding{0, o.padding[0]};
+  if (o.padding.kind == ConvPadding<1>::Kind::same) padding = ConvPadding<2>("same");
+  if (o.padding.kind == ConvPadding<1>::Kind::valid) padding = ConvPadding<2>("valid");
+  Tensor y;
+  try {
+    y = conv2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias,
+               {.stride = {1, o.stride}, .padding = padding, .dilation = {1, o.dilation}, .groups = o.groups,
+                .padding_mode = o.padding_mode});
+  } catch (const Error& e) {  // conv1d's own name on conv2d's checks
+    std::string m = e.what();
+    if (m.rfind("conv2d", 0) == 0) m = "conv1d" + m.substr(6);
+    throw Error(e.kind(), m);
+  }
   return y.squeeze(-2);
 }
 

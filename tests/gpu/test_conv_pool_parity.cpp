@@ -2,7 +2,8 @@
 // CPU backend: forward and backward (input, weight, bias gradients) over stride, padding,
 // dilation, groups, bias, non-square kernels, unbatched and non-contiguous inputs, ceil_mode
 // and count_include_pad; f32 and f64 (bf16 conv2d forward with a loose tolerance); a small
-// CNN (conv-relu-maxpool-conv-relu-avgpool) forward + backward under SyncPolicy::error.
+// CNN (conv-relu-maxpool-conv-relu-avgpool) forward + backward under SyncPolicy::error;
+// conv2d / conv1d with padding "same" / "valid" and every padding_mode.
 // Without a CUDA device the suite exits 77 (skipped).
 #include <doctest/doctest.h>
 
@@ -95,6 +96,39 @@ TEST_CASE("conv2d parity: forward and backward (f32, f64)") {
       parity([opt](const std::vector<Tensor>& in) { return conv2d(in[0].permute({0, 3, 1, 2}), in[1], {}, opt); },
              {x.permute({0, 2, 3, 1}).contiguous(), w}, dt);
     }
+}
+
+TEST_CASE("conv2d / conv1d parity: padding same / valid and padding_mode (f32, f64)") {
+  manual_seed(23);
+  const std::vector<Conv2dOptions> opts = {
+      {.padding = "same"},                                     // odd kernel
+      {.padding = "same", .dilation = {2, 1}},                 // asymmetric after dilation
+      {.stride = 2, .padding = "valid"},
+      {.padding = {1, 2}, .padding_mode = "reflect"},
+      {.padding = "same", .padding_mode = "replicate"},
+      {.stride = 2, .padding = {2, 1}, .dilation = {1, 2}, .padding_mode = "circular"},
+      {.padding = "same", .groups = 2, .padding_mode = "zeros"},
+  };
+  for (DType dt : {DType::f32, DType::f64})
+    for (std::size_t i = 0; i < opts.size(); ++i) {
+      INFO(to_string(dt), " case ", i);
+      const Conv2dOptions o = opts[i];
+      // 4x3 kernels: even height, so "same" is asymmetric (1 row before, 2 after).
+      Tensor x = cpu_randn({2, 4, 7, 6}, dt), w = cpu_randn({6, 4 / o.groups, 4, 3}, dt), b = cpu_randn({6}, dt);
+      parity([o](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], o); }, {x, w, b}, dt);
+      parity([o](const std::vector<Tensor>& in) { return conv2d(in[0].transpose(2, 3), in[1], {}, o); },
+             {x.transpose(2, 3).contiguous(), w}, dt);
+    }
+  for (DType dt : {DType::f32, DType::f64}) {
+    Tensor x = cpu_randn({2, 4, 9}, dt), w = cpu_randn({3, 4, 4}, dt), b = cpu_randn({3}, dt);
+    for (const char* mode : {"zeros", "reflect", "replicate", "circular"}) {
+      INFO(to_string(dt), " conv1d ", mode);
+      const std::string m = mode;
+      parity([m](const std::vector<Tensor>& in) {
+        return conv1d(in[0], in[1], in[2], {.padding = "same", .dilation = 2, .padding_mode = m});
+      }, {x, w, b}, dt);
+    }
+  }
 }
 
 TEST_CASE("conv2d parity: bf16 forward (loose tolerance)") {
