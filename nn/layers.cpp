@@ -160,7 +160,7 @@ public:
     if (!o_.size.empty()) s << "size=", list(o_.size);
     else s << "scale_factor=", list(o_.scale_factor);
     s << ", mode='" << o_.mode << "'";
-    if (o_.align_corners) s << ", align_corners=" << (*o_.align_corners ? "True" : "False");
+    if (o_.align_corners) s << ", align_corners=" << bool_str(*o_.align_corners);
     return s.str() + ")";
   }
 

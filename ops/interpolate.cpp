@@ -33,7 +33,7 @@ Tensor resample(const Tensor& x, const backend::Upsample2d& g, std::int64_t oh, 
       backend::backend_for(x.device()).upsample(backend::output(out, op), backend::input(in, op), g);
   }
   if (autograd::any_requires_grad({x}))
-    autograd::record("UpsampleBackward", {x}, {out}, [g, shape = x.shape()](const autograd::Backward& c) {
+    autograd::record("UpsampleBackward", {x}, {out}, [g = g, shape = x.shape()](const autograd::Backward& c) {
       return autograd::Grads{c.grad().defined() ? resample_adjoint(c.grad(), g, shape) : Tensor()};
     });
   return out;
@@ -53,7 +53,7 @@ Tensor resample_adjoint(const Tensor& grad, const backend::Upsample2d& g, const 
   }
   if (autograd::any_requires_grad({grad}))
     autograd::record("UpsampleBackwardBackward", {grad}, {out},
-                     [g, oh = grad.size(2), ow = grad.size(3)](const autograd::Backward& c) {
+                     [g = g, oh = grad.size(2), ow = grad.size(3)](const autograd::Backward& c) {
                        return autograd::Grads{c.grad().defined() ? resample(c.grad(), g, oh, ow) : Tensor()};
                      });
   return out;
