@@ -8,6 +8,8 @@ module;
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "backend/contract.hpp"  // Upsample2d
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;

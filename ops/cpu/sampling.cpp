@@ -16,7 +16,7 @@ using namespace cpu;
 void CpuBackend::poisson(const Operand& out, const Operand& rates, std::uint64_t seed, std::uint64_t offset) {
   if (out.numel == 0) return;
   if (!is_floating_point(out.dtype) || rates.dtype != out.dtype || rates.numel != out.numel)
-    throw Error(ErrorKind::value, "CpuBackend::poisson: invalid operands (out " + to_string(out.dtype) + ", rates " +
+    throw Error(ErrorKind::value, std::string("CpuBackend::poisson: invalid operands (out ") + to_string(out.dtype) + ", rates " +
                                       to_string(rates.dtype) + ")");
   dispatch(out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {

@@ -31,7 +31,7 @@ void CudaBackend::upsample(const Operand& out, const Operand& in, const Upsample
 void CudaBackend::upsample_backward(const Operand& grad_in, const Operand& grad_out, const Upsample2d& g) {
   check_operands("upsample_backward", grad_out, grad_in);
   if (grad_in.dtype != DType::f32 && grad_in.dtype != DType::f64)
-    throw Error(ErrorKind::dtype, "CudaBackend::upsample_backward: f32/f64 gradients only, got " +
+    throw Error(ErrorKind::dtype, std::string("CudaBackend::upsample_backward: f32/f64 gradients only, got ") +
                                       to_string(grad_in.dtype));
   if (grad_out.numel == 0 || grad_in.numel == 0) return;
   DeviceGuard guard(grad_in.device);

@@ -15,7 +15,7 @@ namespace brrr::backend {
 void CudaBackend::poisson(const Operand& out, const Operand& rates, std::uint64_t seed, std::uint64_t offset) {
   if (out.numel == 0) return;
   if (!is_floating_point(out.dtype) || rates.dtype != out.dtype || rates.numel != out.numel)
-    throw Error(ErrorKind::value, "CudaBackend::poisson: invalid operands (out " + to_string(out.dtype) + ", rates " +
+    throw Error(ErrorKind::value, std::string("CudaBackend::poisson: invalid operands (out ") + to_string(out.dtype) + ", rates " +
                                       to_string(rates.dtype) + ")");
   DeviceGuard guard(out.device);
   BRRR_CUDA_CHECK(kernels::poisson(out, rates, seed, offset, device_error_flag(out.device),
