@@ -586,8 +586,8 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      caller; CUDA: atomic adds, so the rounding order of overlapping sources varies). f32/f64 only: the op layer   \
      computes bf16/f16 gradients in f32. */                                                                          \
   X(upsample_backward, (const Operand& grad_in, const Operand& grad_out, const Upsample2d& g))                       \
-  /* Poisson samples out[i] with rate rates[i] (both contiguous, one floating dtype, one shape) from                \
-     the Philox words offset + i * poisson_words ... of `seed` (ops/random_transform.hpp, random_transform::poisson).\
+  /* Poisson samples out[i] with rate rates[i] (both contiguous, one floating dtype, one shape) from the Philox    \
+     words offset + i * words_poisson ... of `seed` (ops/random_transform.hpp, random_transform::poisson).         \
      A negative or NaN rate: NaN written and reported as CheckedOp::poisson (CPU: Error(value) at the call). */    \
   X(poisson, (const Operand& out, const Operand& rates, std::uint64_t seed, std::uint64_t offset))                  \
   /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \

@@ -1,7 +1,7 @@
-// Sorting and what is built on it: sort, argsort, topk, kthvalue, median, unique, bincount,
-// searchsorted. One backend sort (stable, NaN largest) over the dim moved last; the others
-// are compositions (mode included). The gradient of the sorted values (and of topk, kthvalue, median, mode) goes
-// back to the positions the values came from (a scatter_add of the indices). unique and
+// Sorting and what is built on it: sort, argsort, topk, kthvalue, median, mode, unique,
+// bincount, searchsorted. One backend sort (stable, NaN largest) over the dim moved last; the
+// others are compositions. The gradient of the sorted values (and of topk, kthvalue, median,
+// mode) goes back to the positions the values came from (a scatter_add of the indices). unique and
 // bincount have data-dependent output sizes: they read a count back to the host (one counted
 // sync on CUDA, backend::note_sync via item/to_host).
 module;
