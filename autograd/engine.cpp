@@ -32,6 +32,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
     throw Error(ErrorKind::autograd, "backward: " + std::to_string(outputs.size()) + " outputs but " +
                                          std::to_string(grad_outputs.size()) + " gradients");
   GradModeGuard mode(create_graph);
+  AutocastGuard no_autocast(autocast::dtype(), false);  // backward ops run in their forward's dtypes
   // Callbacks queued during this pass run at its end (a nested pass has its own list).
   std::vector<std::function<void()>> callbacks;
   struct CallbackScope {

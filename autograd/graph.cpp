@@ -209,6 +209,30 @@ void RemovableHandle::remove() {
 
 }  // namespace autograd
 
+// --- autocast state ------------------------------------------------------------------------
+
+namespace {
+thread_local bool autocast_enabled = false;
+thread_local DType autocast_dtype = DType::bf16;
+}  // namespace
+
+bool autocast::is_enabled() { return autocast_enabled; }
+DType autocast::dtype() { return autocast_dtype; }
+
+AutocastGuard::AutocastGuard(DType dtype, bool enabled)
+    : previous_enabled_(autocast_enabled), previous_dtype_(autocast_dtype) {
+  if (dtype != DType::bf16 && dtype != DType::f16)
+    throw Error(ErrorKind::dtype, std::string("AutocastGuard: the lower-precision dtype must be bf16 or f16, got ") +
+                                      to_string(dtype));
+  autocast_enabled = enabled;
+  autocast_dtype = dtype;
+}
+
+AutocastGuard::~AutocastGuard() {
+  autocast_enabled = previous_enabled_;
+  autocast_dtype = previous_dtype_;
+}
+
 // --- Tensor's autograd members -----------------------------------------------------------
 
 bool Tensor::requires_grad() const {

@@ -229,6 +229,38 @@ private:
   bool previous_;
 };
 
+/// Automatic mixed precision (PyTorch's autocast), per thread. While enabled, the ops of
+/// PyTorch's CUDA lower-precision list (matmul, mm, bmm, addmm, baddbmm, linear, conv1d,
+/// conv2d, conv_transpose2d, scaled_dot_product_attention) cast their f32 (and bf16/f16)
+/// floating inputs to the autocast dtype, and those of its fp32 list (softmax, log_softmax,
+/// layer_norm, group_norm, rms_norm, the losses, sum/prod/cumsum/cumprod without a dtype,
+/// norms, exp/log and kin, pow, ...) cast bf16/f16 inputs to f32; f64 tensors and every other
+/// op are left alone (mixed dtypes then promote as usual). The casts are recorded, so
+/// gradients reach f32 parameters in f32. An autocast op runs its body with autocast off, and
+/// the backward engine runs with it off, as PyTorch's does. Applies to CPU and CUDA tensors.
+/// See docs/semantics.md ("Autocast").
+namespace autocast {
+/// Whether autocast is on for this thread.
+bool is_enabled();
+/// The lower-precision dtype of this thread's autocast (bf16 unless set).
+DType dtype();
+}  // namespace autocast
+
+/// Turns autocast on (or off, `enabled` = false) for its scope (RAII, thread-local), with
+/// `dtype` (bf16 or f16) as the lower precision, like `torch.autocast(device, dtype)`;
+/// restores the previous state. Error(dtype) for another dtype.
+class AutocastGuard {
+public:
+  explicit AutocastGuard(DType dtype = DType::bf16, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+private:
+  bool previous_enabled_;
+  DType previous_dtype_;
+};
+
 /// Sets grad mode for its scope (RAII), restoring the previous mode.
 class GradModeGuard {
 public:

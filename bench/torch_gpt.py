@@ -9,12 +9,14 @@ initial weights brrr wrote:
     examples/gpt --resume init.safetensors --csv brrr.csv    # brrr trains from them
     python3 bench/torch_gpt.py --init init.safetensors --csv torch.csv [--bf16] [--compile]
 
-The batch offsets are PyTorch's own draws (torch.randint with --seed), not brrr's: the two
-loss curves come from the same start and the same distribution of batches, not the same
-batches. Prints ms/step (CUDA events, steps between estimates) and tokens/s.
+By default the batch offsets are PyTorch's own draws (torch.randint with --seed): the two loss
+curves then come from the same start and the same distribution of batches. With
+`examples/gpt --offsets-out off.bin` and `--offsets off.bin` here, every training step uses the
+batch brrr used (the estimates still draw their own), so the curves compare step by step. Prints ms/step (CUDA events, steps between estimates) and tokens/s.
 """
 import argparse, math, os, time
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -142,6 +144,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--csv")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--offsets", help="brrr's training batch offsets (examples/gpt --offsets-out FILE)")
     ap.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16)")
     ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (f32 otherwise)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -169,7 +172,16 @@ def main():
                             lr=c.lr, betas=(0.9, 0.99), fused=dev.type == "cuda")
     fwd = torch.compile(model) if c.compile else model
 
-    def batch(split):
+    given = None
+    if c.offsets:
+        given = torch.from_numpy(np.fromfile(c.offsets, dtype="<i8").reshape(-1, c.batch_size, 1)).to(dev)
+        if len(given) < c.iters:
+            raise SystemExit(f"--offsets: {c.offsets} holds {len(given)} steps, --iters is {c.iters}")
+
+    def batch(split, step=None):
+        if step is not None and given is not None:
+            idx = given[step] + torch.arange(c.block_size, device=dev)
+            return split[idx], split[idx + 1]
         ix = torch.randint(len(split) - c.block_size, (c.batch_size, 1), device=dev)
         idx = ix + torch.arange(c.block_size, device=dev)
         return split[idx], split[idx + 1]
@@ -215,7 +227,7 @@ def main():
         if dev.type == "cuda":
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-        x, y = batch(train)
+        x, y = batch(train, it)
         loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()

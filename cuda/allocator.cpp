@@ -136,14 +136,16 @@ public:
         small_pool_(BlockOrder{}, PoolAllocator<Block*>(&nodes_)),
         large_pool_(BlockOrder{}, PoolAllocator<Block*>(&nodes_)) {}
 
-  Block* allocate(std::size_t nbytes, cudaStream_t stream) {
+  // `ordinary`: from the ordinary pool even while a capture is underway (memory a replay hook
+  // writes before the graph runs, which no captured temporary may share).
+  Block* allocate(std::size_t nbytes, cudaStream_t stream, bool ordinary = false) {
     std::lock_guard lock(mutex_);
     std::size_t size = std::max(min_block, (nbytes + min_block - 1) / min_block * min_block);
     bool small = size <= small_size;
     auto& pool = small ? small_pool_ : large_pool_;
     std::uint64_t pool_id = 0;
     if (capture_pool_ != 0) {
-      pool_id = capturing_pool(stream);
+      pool_id = ordinary ? 0 : capturing_pool(stream);
     } else {
       process_events();
     }
@@ -549,10 +551,11 @@ DeviceAllocator& allocator(int device) {
 
 }  // namespace
 
-Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream) {
+namespace {
+Storage allocate_from(std::size_t nbytes, int device, const StreamPtr& stream, bool ordinary) {
   DeviceAllocator& a = allocator(device);
   if (nbytes == 0) return Storage(std::shared_ptr<void>(), 0, Device::cuda(device));
-  Block* b = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle));
+  Block* b = a.allocate(nbytes, static_cast<cudaStream_t>(stream->handle), ordinary);
   b->log.set_allocation_stream(stream_info(*stream));  // whose pool it returns to
   auto release = [&a, b, nbytes](void*) {
     // With the stream check on: is another stream still using it? (Reported later: a
@@ -561,6 +564,15 @@ Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream)
     a.free(b);
   };
   return Storage(std::shared_ptr<void>(b->ptr, release), nbytes, Device::cuda(device), false, &b->log);
+}
+}  // namespace
+
+Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream) {
+  return allocate_from(nbytes, device, stream, false);
+}
+
+Storage allocate_device_outside_capture(std::size_t nbytes, int device, const StreamPtr& stream) {
+  return allocate_from(nbytes, device, stream, true);
 }
 
 void record_stream(const Storage& storage, const StreamPtr& stream) {

@@ -46,7 +46,7 @@ struct GraphImpl {
   std::vector<std::function<void(const StreamState&)>> hooks;
   std::vector<Storage> keep_alive;
   std::unordered_map<void*, void*> blas_workspaces;  // capturing stream -> workspace
-  Storage rng_state;               // {seed, offset} the captured draws read
+  void* rng_state = nullptr;       // {seed, offset} the captured draws read (in keep_alive)
   std::uint64_t rng_words = 0;     // words one replay draws
   StreamPtr last_replay_stream;
   std::vector<void*> replay_streams;  // told to the allocator once each
@@ -90,7 +90,7 @@ void clear_captured(GraphImpl& g) {
   g.hooks.clear();
   g.keep_alive.clear();
   g.blas_workspaces.clear();
-  g.rng_state = Storage();
+  g.rng_state = nullptr;
   g.rng_words = 0;
 }
 
@@ -246,8 +246,14 @@ void capture_add_replay_hook(int device, std::function<void(const StreamState&)>
   capture_of(device, "capture_add_replay_hook").hooks.push_back(std::move(hook));
 }
 
-void capture_keep_alive(int device, Storage storage) {
-  capture_of(device, "capture_keep_alive").keep_alive.push_back(std::move(storage));
+void* capture_hook_buffer(int device, std::size_t bytes) {
+  GraphImpl& g = capture_of(device, "capture_hook_buffer");
+  // Not from the capture's pool: a block freed earlier in this capture and reused here would
+  // be overwritten, at every replay, by the earlier kernels after the hook wrote it.
+  Storage s = allocate_device_outside_capture(bytes, device, current_stream(device));
+  void* p = s.data();
+  g.keep_alive.push_back(std::move(s));
+  return p;
 }
 
 void* capture_blas_workspace(int device, const StreamState& stream, std::size_t bytes) {
@@ -264,9 +270,9 @@ void* capture_blas_workspace(int device, const StreamState& stream, std::size_t 
 void capture_random(const Operand& out, Distribution dist, std::int64_t low, std::int64_t high) {
   GraphImpl& g = capture_of(out.device, "random draw");
   const StreamState& stream = current_stream_state(out.device);
-  if (!g.rng_state.defined()) {
-    g.rng_state = allocate_device(2 * sizeof(std::uint64_t), out.device, current_stream(out.device));
-    auto* state = static_cast<std::uint64_t*>(g.rng_state.data());
+  if (!g.rng_state) {
+    g.rng_state = capture_hook_buffer(out.device, 2 * sizeof(std::uint64_t));
+    auto* state = static_cast<std::uint64_t*>(g.rng_state);
     GraphImpl* graph = &g;  // the hook lives in the graph: it never outlives it
     g.hooks.push_back([graph, state](const StreamState& s) {
       GeneratorState& gen = generator(Device::cuda(graph->device));
@@ -278,7 +284,7 @@ void capture_random(const Operand& out, Distribution dist, std::int64_t low, std
   GeneratorState& gen = generator(Device::cuda(out.device));
   const std::uint64_t extra = gen.offset;  // words drawn earlier in this capture
   DeviceGuard guard(out.device);
-  BRRR_CUDA_CHECK(kernels::random_capturable(out, static_cast<const std::uint64_t*>(g.rng_state.data()), extra, dist,
+  BRRR_CUDA_CHECK(kernels::random_capturable(out, static_cast<const std::uint64_t*>(g.rng_state), extra, dist,
                                              low, high, stream.handle));
   gen.offset += random_words(dist, out.dtype, out.numel);
   g.rng_words = gen.offset;

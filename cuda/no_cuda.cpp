@@ -46,6 +46,7 @@ void synchronize_device(int, const char* api) { no_cuda(api); }
 void synchronize_event(void*, int, const char* api) { no_cuda(api); }
 
 Storage allocate_device(std::size_t, int, const StreamPtr&) { no_cuda("allocate_device"); }
+Storage allocate_device_outside_capture(std::size_t, int, const StreamPtr&) { no_cuda("allocate_device"); }
 void record_stream(const Storage&, const StreamPtr&) { no_cuda("record_stream"); }
 MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
@@ -90,7 +91,7 @@ PoolPtr graph_pool(const GraphImpl&) { return nullptr; }
 int graph_device(const GraphImpl&) { return -1; }
 bool capture_underway(int) noexcept { return false; }
 void capture_add_replay_hook(int, std::function<void(const StreamState&)>) { no_cuda("capture_add_replay_hook"); }
-void capture_keep_alive(int, Storage) { no_cuda("capture_keep_alive"); }
+void* capture_hook_buffer(int, std::size_t) { no_cuda("capture_hook_buffer"); }
 void* capture_blas_workspace(int, const StreamState&, std::size_t) { no_cuda("capture_blas_workspace"); }
 void capture_random(const Operand&, Distribution, std::int64_t, std::int64_t) { no_cuda("capture_random"); }
 std::size_t optimizer_coeffs_bytes() { return 0; }

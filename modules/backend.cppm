@@ -242,6 +242,11 @@ struct MemoryStats {
 /// Caching device allocator: `nbytes` on `device`, stream-ordered on `stream` (a block is
 /// reused by that stream without any CUDA call). The Storage returns it when released.
 Storage allocate_device(std::size_t nbytes, int device, const StreamPtr& stream);
+/// As allocate_device, but from the ordinary pool even while a CUDA graph capture is underway.
+/// A capture's pool reuses memory in capture order, so a block taken there mid-capture may
+/// also hold a temporary of the graph's earlier kernels; memory written before each replay
+/// (by a replay hook) must not (capture_hook_buffer).
+Storage allocate_device_outside_capture(std::size_t nbytes, int device, const StreamPtr& stream);
 /// Marks storage as used by `stream` too: its block is reused only after the work that
 /// `stream` has enqueued so far completes (an event decides).
 void record_stream(const Storage& storage, const StreamPtr& stream);
@@ -317,8 +322,10 @@ bool capture_underway(int device) noexcept;
 /// registration, before each replay of the graph being captured, with the replay's stream.
 /// Error(stream) when no capture is underway.
 void capture_add_replay_hook(int device, std::function<void(const StreamState&)> hook);
-/// Under capture: keeps `storage` alive as long as the captured graph.
-void capture_keep_alive(int device, Storage storage);
+/// Under capture: `bytes` of device memory that lives as long as the captured graph and that
+/// no kernel of the graph uses for anything else, for what a replay hook writes before the
+/// graph runs (an optimizer's coefficients, the generator's seed and offset).
+void* capture_hook_buffer(int device, std::size_t bytes);
 /// Under capture: a cuBLAS workspace of `bytes` for `stream` that belongs to the graph (so a
 /// replay on another stream never shares one with eager work), made on first use.
 void* capture_blas_workspace(int device, const StreamState& stream, std::size_t bytes);

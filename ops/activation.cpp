@@ -13,6 +13,8 @@ module;
 module brrr.ops;
 import brrr.tensor;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -66,6 +68,7 @@ Tensor celu(const Tensor& x, double alpha) {
   return unary_op(UnaryOp::celu, x, alpha);
 }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
+  BRRR_AUTOCAST(fp32, softplus, x, beta, threshold);
   if (beta == 0.0) throw Error::bad_value("softplus", "beta", beta, "non-zero");
   return unary_op(UnaryOp::softplus, x, beta, threshold);
 }

@@ -17,6 +17,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -144,6 +146,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
 
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     SdpaOptions options) {
+  BRRR_AUTOCAST(lower_precision, scaled_dot_product_attention, query, key, value, options);
   NvtxRange range(sdpa);
   check_qkv(sdpa, query, key, value);
   const Tensor& mask = options.attn_mask;

@@ -18,6 +18,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -372,9 +374,18 @@ Tensor mul(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::mul, a, b, fa
 Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::div, a, b); }
 Tensor div(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::div, a, b, false); }
 Tensor div(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::div, b, a, true); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::pow, a, b); }
-Tensor pow(const Tensor& a, Scalar exponent) { return scalar_op(BinaryOp::pow, a, exponent, false); }
-Tensor pow(Scalar base, const Tensor& exponent) { return scalar_op(BinaryOp::pow, exponent, base, true); }
+Tensor pow(const Tensor& a, const Tensor& b) {
+  BRRR_AUTOCAST(fp32, pow, a, b);
+  return binary_op(BinaryOp::pow, a, b);
+}
+Tensor pow(const Tensor& a, Scalar exponent) {
+  BRRR_AUTOCAST(fp32, pow, a, exponent);
+  return scalar_op(BinaryOp::pow, a, exponent, false);
+}
+Tensor pow(Scalar base, const Tensor& exponent) {
+  BRRR_AUTOCAST(fp32, pow, base, exponent);
+  return scalar_op(BinaryOp::pow, exponent, base, true);
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::minimum, a, b); }
 

@@ -12,6 +12,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -128,6 +130,7 @@ Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::ar
 }
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Conv2dOptions o) {
+  BRRR_AUTOCAST(lower_precision, conv2d, input, weight, bias, o);
   NvtxRange range("conv2d");
   bool unbatched;
   Tensor x = batched("conv2d", input, unbatched);

@@ -15,6 +15,8 @@ module;
 module brrr.ops;
 import brrr.tensor;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -35,6 +37,7 @@ void check_same_floating(const char* op, const Tensor& input, const Tensor& weig
 }  // namespace
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, ConvTranspose2dOptions o) {
+  BRRR_AUTOCAST(lower_precision, conv_transpose2d, input, weight, bias, o);
   constexpr const char* op = "conv_transpose2d";
   NvtxRange range(op);
   require_defined(op, input);
@@ -94,6 +97,7 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
 }
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, Conv1dOptions o) {
+  BRRR_AUTOCAST(lower_precision, conv1d, input, weight, bias, o);
   constexpr const char* op = "conv1d";
   NvtxRange range(op);
   require_defined(op, input);

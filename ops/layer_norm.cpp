@@ -13,6 +13,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -75,6 +77,7 @@ void check_param(const Tensor& p, const char* name, const Shape& normalized_shap
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  BRRR_AUTOCAST(fp32, layer_norm, x, normalized_shape, weight, bias, eps);
   NvtxRange range(op);
   require_defined(op, x);
   Device dev = common_device(op, {x, weight, bias});

@@ -17,11 +17,14 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  BRRR_AUTOCAST(lower_precision, mm, a, b);
   require_defined("mm", a);
   require_defined("mm", b, "mat2");
   if (a.dim() != 2 || b.dim() != 2)
@@ -30,6 +33,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  BRRR_AUTOCAST(lower_precision, bmm, a, b);
   require_defined("bmm", a);
   require_defined("bmm", b, "mat2");
   if (a.dim() != 3 || b.dim() != 3 || a.size(0) != b.size(0))
@@ -38,6 +42,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double beta, double alpha) {
+  BRRR_AUTOCAST(lower_precision, addmm, input, mat1, mat2, beta, alpha);
   Tensor p = mm(mat1, mat2);
   if (alpha != 1) p = mul(p, alpha);
   if (beta == 0) return p;  // input ignored (NaN in it does not propagate), as PyTorch
@@ -45,6 +50,7 @@ Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double
 }
 
 Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta, double alpha) {
+  BRRR_AUTOCAST(lower_precision, baddbmm, input, batch1, batch2, beta, alpha);
   Tensor p = bmm(batch1, batch2);
   if (alpha != 1) p = mul(p, alpha);
   if (beta == 0) return p;
@@ -67,6 +73,7 @@ Tensor outer(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  BRRR_AUTOCAST(lower_precision, linear, input, weight, bias);
   NvtxRange range("linear");
   require_defined("linear", input);
   require_defined("linear", weight, "weight");
@@ -256,6 +263,7 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
 }
 
 Tensor prod(const Tensor& x, std::int64_t dim, bool keepdim, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, prod, x, dim, keepdim, dtype);
   NvtxRange range("prod");
   require_defined("prod", x);
   const std::int64_t d = wrap_dim("prod", dim, x.dim(), x.shape());
@@ -273,6 +281,7 @@ Tensor prod(const Tensor& x, std::int64_t dim, bool keepdim, std::optional<DType
 }
 
 Tensor prod(const Tensor& x, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, prod, x, dtype);
   require_defined("prod", x);
   return prod(x.reshape({-1}), 0, false, dtype);
 }
@@ -282,6 +291,7 @@ Tensor norm(const Tensor& x, double p, std::vector<std::int64_t> dims, bool keep
 }
 
 Tensor matrix_norm(const Tensor& x, const std::string& ord, std::vector<std::int64_t> dims, bool keepdim) {
+  BRRR_AUTOCAST(fp32, matrix_norm, x, ord, dims, keepdim);
   NvtxRange range("matrix_norm");
   require_defined("matrix_norm", x);
   if (x.dim() < 2) throw Error(ErrorKind::shape, "matrix_norm: expected at least 2 dims, got " + describe(x));
@@ -292,6 +302,7 @@ Tensor matrix_norm(const Tensor& x, const std::string& ord, std::vector<std::int
 }
 
 Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims, bool keepdim) {
+  BRRR_AUTOCAST(fp32, matrix_norm, x, ord, dims, keepdim);
   NvtxRange range("matrix_norm");
   require_defined("matrix_norm", x);
   if (x.dim() < 2) throw Error(ErrorKind::shape, "matrix_norm: expected at least 2 dims, got " + describe(x));
@@ -311,6 +322,7 @@ Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims, 
 }
 
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {
+  BRRR_AUTOCAST(fp32, cdist, x1, x2, p);
   NvtxRange range("cdist");
   require_defined("cdist", x1, "x1");
   require_defined("cdist", x2, "x2");

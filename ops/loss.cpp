@@ -18,6 +18,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -268,6 +270,7 @@ Tensor cross_entropy_rule(const Tensor& grad, const Tensor& x, const Tensor& t, 
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptions options) {
+  BRRR_AUTOCAST(fp32, nll_loss, log_probs, target, options);
   NvtxRange range("nll_loss");
   if (options.label_smoothing != 0)
     throw Error(ErrorKind::value, "nll_loss: label_smoothing must be 0 (it is an option of cross_entropy), got " +
@@ -277,6 +280,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, CrossEntropyOptio
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
+  BRRR_AUTOCAST(fp32, cross_entropy, logits, target, options);
   NvtxRange range("cross_entropy");
   require_defined("cross_entropy", logits, "input");
   require_defined("cross_entropy", target, "target");
@@ -329,6 +333,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  BRRR_AUTOCAST(fp32, mse_loss, input, target, reduction);
   NvtxRange range("mse_loss");
   require_defined("mse_loss", input, "input");
   require_defined("mse_loss", target, "target");
@@ -344,6 +349,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
                                         const Tensor& pos_weight) {
+  BRRR_AUTOCAST(fp32, binary_cross_entropy_with_logits, logits, target, reduction, pos_weight);
   constexpr const char* name = "binary_cross_entropy_with_logits";
   NvtxRange range(name);
   require_defined(name, logits, "input");

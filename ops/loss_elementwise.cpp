@@ -16,6 +16,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -54,12 +56,14 @@ template <class F> bool all_on_cpu(const Tensor& t, F ok) {
 }  // namespace
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  BRRR_AUTOCAST(fp32, l1_loss, input, target, reduction);
   NvtxRange range("l1_loss");
   check_pair("l1_loss", input, target);
   return reduce(abs(sub(input, target)), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  BRRR_AUTOCAST(fp32, smooth_l1_loss, input, target, reduction, beta);
   NvtxRange range("smooth_l1_loss");
   check_pair("smooth_l1_loss", input, target);
   if (!(beta >= 0)) throw Error::bad_value("smooth_l1_loss", "beta", beta, "non-negative");
@@ -69,6 +73,7 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 }
 
 Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction, double delta) {
+  BRRR_AUTOCAST(fp32, huber_loss, input, target, reduction, delta);
   NvtxRange range("huber_loss");
   check_pair("huber_loss", input, target);
   if (!(delta > 0)) throw Error::bad_value("huber_loss", "delta", delta, "positive");
@@ -77,6 +82,7 @@ Tensor huber_loss(const Tensor& input, const Tensor& target, Reduction reduction
 }
 
 Tensor kl_div(const Tensor& input, const Tensor& target, KlDivOptions options) {
+  BRRR_AUTOCAST(fp32, kl_div, input, target, options);
   NvtxRange range("kl_div");
   check_pair("kl_div", input, target);
   // target (log target - input), with 0 log 0 = 0 (xlogy); log_target: e^t (t - input).
@@ -104,6 +110,11 @@ struct BceShapes {
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Tensor& weight, Reduction reduction) {
+  // PyTorch refuses it under autocast: probabilities rounded to bf16 make log(1 - p) unsafe.
+  if (autocast::is_enabled())
+    throw Error(ErrorKind::dtype, "binary_cross_entropy: unsafe to autocast (probabilities in bf16/f16 lose the "
+                                  "precision its logs need); use binary_cross_entropy_with_logits, which is safe, or "
+                                  "disable autocast for it (AutocastGuard off(autocast::dtype(), false))");
   constexpr const char* name = "binary_cross_entropy";
   NvtxRange range(name);
   check_pair(name, input, target);
@@ -147,6 +158,7 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const Ten
 }
 
 Tensor poisson_nll_loss(const Tensor& input, const Tensor& target, PoissonNllOptions options) {
+  BRRR_AUTOCAST(fp32, poisson_nll_loss, input, target, options);
   NvtxRange range("poisson_nll_loss");
   check_pair("poisson_nll_loss", input, target);
   Tensor loss = options.log_input ? sub(exp(input), mul(target, input))
@@ -197,6 +209,7 @@ Tensor gaussian_nll_loss(const Tensor& input, const Tensor& target, const Tensor
 
 Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
                            Reduction reduction) {
+  BRRR_AUTOCAST(fp32, margin_ranking_loss, input1, input2, target, margin, reduction);
   NvtxRange range("margin_ranking_loss");
   check_pair("margin_ranking_loss", input1, input2, "input2");
   require_defined("margin_ranking_loss", target, "target");
@@ -206,6 +219,7 @@ Tensor margin_ranking_loss(const Tensor& input1, const Tensor& input2, const Ten
 }
 
 Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, std::int64_t dim, double eps) {
+  BRRR_AUTOCAST(fp32, cosine_similarity, x1, x2, dim, eps);
   NvtxRange range("cosine_similarity");
   check_pair("cosine_similarity", x1, x2, "x2");
   const Shape shape = broadcast_shapes(x1.shape(), x2.shape(), "cosine_similarity");
@@ -228,6 +242,7 @@ Tensor pairwise_distance(const Tensor& x1, const Tensor& x2, double p, double ep
 
 Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const Tensor& target, double margin,
                              Reduction reduction) {
+  BRRR_AUTOCAST(fp32, cosine_embedding_loss, input1, input2, target, margin, reduction);
   constexpr const char* name = "cosine_embedding_loss";
   NvtxRange range(name);
   check_pair(name, input1, input2, "input2");
@@ -250,6 +265,7 @@ Tensor cosine_embedding_loss(const Tensor& input1, const Tensor& input2, const T
 
 Tensor triplet_margin_loss(const Tensor& anchor, const Tensor& positive, const Tensor& negative,
                            TripletMarginOptions options) {
+  BRRR_AUTOCAST(fp32, triplet_margin_loss, anchor, positive, negative, options);
   constexpr const char* name = "triplet_margin_loss";
   NvtxRange range(name);
   check_pair(name, anchor, positive, "positive");

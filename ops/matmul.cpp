@@ -22,6 +22,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -240,6 +242,7 @@ autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Te
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  BRRR_AUTOCAST(lower_precision, matmul, a, b);
   NvtxRange range("matmul");
   Plan p = make_plan(a, b);
   Tensor out = matmul_forward(a, b, p);

@@ -14,6 +14,8 @@ module;
 module brrr.ops;
 import brrr.tensor;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -54,6 +56,7 @@ Tensor channel_affine(const Tensor& y, const Tensor& weight, const Tensor& bias)
 }  // namespace
 
 Tensor group_norm(const Tensor& input, std::int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  BRRR_AUTOCAST(fp32, group_norm, input, num_groups, weight, bias, eps);
   constexpr const char* op = "group_norm";
   NvtxRange range(op);
   const std::int64_t m = check_nc(op, input, 2);
@@ -111,6 +114,7 @@ Tensor instance_norm(const Tensor& input, const Tensor& running_mean, const Tens
 }
 
 Tensor rms_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight, std::optional<double> eps) {
+  BRRR_AUTOCAST(fp32, rms_norm, input, normalized_shape, weight, eps);
   constexpr const char* op = "rms_norm";
   NvtxRange range(op);
   require_defined(op, input);

@@ -22,6 +22,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -209,6 +211,7 @@ Tensor arg_all(const char* name, ReduceOp op, const Tensor& x) {
 }  // namespace
 
 Tensor sum(const Tensor& x, DimList dims, bool keepdim, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, sum, x, dims, keepdim, dtype);
   NvtxRange range("sum");
   require_defined("sum", x);
   if (dtype) {  // integers sum in i64 and are then narrowed to dtype (PyTorch: the sum wraps likewise)
@@ -361,6 +364,7 @@ Tensor any(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim) {
 
 Tensor vector_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims, bool keepdim,
                    std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, vector_norm, x, ord, dims, keepdim, dtype);
   constexpr const char* name = "vector_norm";
   NvtxRange range(name);
   require_defined(name, x);
@@ -421,6 +425,7 @@ std::pair<Tensor, Tensor> std_mean(const Tensor& x, std::vector<std::int64_t> di
 }
 
 Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim) {
+  BRRR_AUTOCAST(fp32, logsumexp, x, dims, keepdim);
   NvtxRange range("logsumexp");
   require_defined("logsumexp", x);
   std::uint32_t mask = dims_mask("logsumexp", dims, x.shape());

@@ -16,6 +16,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -73,6 +75,7 @@ Tensor flip(const Tensor& x, std::vector<std::int64_t> dims) {
 }
 
 Tensor cumsum(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, cumsum, x, dim, dtype);
   NvtxRange range("cumsum");
   require_defined("cumsum", x);
   const std::int64_t d = wrap_dim("cumsum", dim, x.dim(), x.shape());
@@ -87,6 +90,7 @@ Tensor cumsum(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
 }
 
 Tensor cumprod(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, cumprod, x, dim, dtype);
   NvtxRange range("cumprod");
   require_defined("cumprod", x);
   const std::int64_t d = wrap_dim("cumprod", dim, x.dim(), x.shape());

@@ -12,6 +12,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/autocast.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -77,9 +79,11 @@ Tensor in_dtype(const char* op, const Tensor& x, std::optional<DType> dtype) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, softmax, x, dim, dtype);
   return softmax_op(in_dtype("softmax", x, dtype), dim, false);
 }
 Tensor log_softmax(const Tensor& x, std::int64_t dim, std::optional<DType> dtype) {
+  BRRR_AUTOCAST_IF(!dtype, fp32, log_softmax, x, dim, dtype);
   return softmax_op(in_dtype("log_softmax", x, dtype), dim, true);
 }
 

@@ -121,9 +121,7 @@ bool enqueue(std::map<GroupKey, Group>& groups, const char* op,
                                        " every parameter must be on that device (others would be updated once, now)");
   for (auto& [key, grp] : groups) {
     const int dev = grp.device.index();
-    Storage coeffs = backend::allocate_device(backend::optimizer_coeffs_bytes(), dev, backend::current_stream(dev));
-    void* dst = coeffs.data();
-    backend::capture_keep_alive(dev, std::move(coeffs));
+    void* dst = backend::capture_hook_buffer(dev, backend::optimizer_coeffs_bytes());
     grp.step.device_coeffs = dst;
     backend::OptimizerStep scalars = grp.step;  // the hyperparameters; pointers are not needed
     scalars.params.clear();

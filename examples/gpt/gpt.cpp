@@ -18,6 +18,14 @@
 //   gpt --device cpu --tiny              a minute on a CPU (2 layers, 64 wide, block 64)
 //   gpt --save ckpt.safetensors          write the weights (and the vocabulary, in metadata)
 //   gpt --resume ckpt.safetensors --iters 0 --sample 500 --temperature 0.8 --top-k 20
+//   gpt --graph                          the same training, each step a replay of one CUDA graph
+//   gpt --dtype bf16                     mixed precision: the forward under AutocastGuard(bf16)
+//
+// With --graph the first step runs eagerly (it makes AdamW's state) and captures nothing; the
+// second is captured once (cuda::GraphedStep) and every later step replays it. The batch is
+// drawn inside the step (randint under capture reads its Philox offset from device memory a
+// replay hook advances) and the schedule's learning rate reaches the captured AdamW steps
+// through their replay hooks, so the graphed run is the eager one, step for step.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
@@ -46,9 +54,9 @@ struct Config {
   std::int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 256, batch_size = 64;
   double dropout = 0.2, lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
   std::int64_t iters = 5000, warmup = 100, eval_every = 250, eval_iters = 200, log_every = 10;
-  std::string device = "auto", text, save, resume, csv;
+  std::string device = "auto", text, save, resume, csv, dtype = "f32", offsets_out;
   std::uint64_t seed = 1337;
-  bool tiny = false, expect_progress = false;
+  bool tiny = false, expect_progress = false, graph = false;
   std::int64_t sample = 0, top_k = 0;
   double temperature = 1.0;
 };
@@ -276,16 +284,22 @@ double lr_at(const Config& c, std::int64_t it) {
 
 // A batch of `b` windows of `t` tokens at random offsets of `data` (i64 on the device): x and
 // the next-token targets y, [b, t] each; no host sync.
-std::pair<Tensor, Tensor> batch(const Tensor& data, std::int64_t b, std::int64_t t) {
+// `offsets`, when given, receives the [b, 1] offsets drawn.
+std::pair<Tensor, Tensor> batch(const Tensor& data, std::int64_t b, std::int64_t t, Tensor* drawn = nullptr) {
   const Device dev = data.device();
   Tensor offsets = randint(0, data.size(0) - t, {b, 1}, {.device = dev});
+  if (drawn) *drawn = offsets;
   Tensor idx = add(offsets, arange(t, {.dtype = DType::i64, .device = dev}).unsqueeze(0));
   Tensor x = index_select(data, 0, idx.flatten()).view({b, t});
   Tensor y = index_select(data, 0, add(idx, 1).flatten()).view({b, t});
   return {x, y};
 }
 
-Tensor lm_loss(GptImpl& model, const Tensor& x, const Tensor& y) {
+// The mean next-token loss; with `bf16` the forward runs under autocast (AutocastGuard: the
+// GEMMs and attention in bf16, softmax, layer norms and the loss in f32; the weights and
+// AdamW's state stay f32).
+Tensor lm_loss(GptImpl& model, const Tensor& x, const Tensor& y, bool bf16) {
+  AutocastGuard precision(DType::bf16, bf16);
   Tensor logits = model.forward(x);
   const std::int64_t v = logits.size(-1);
   return cross_entropy(logits.reshape({-1, v}), y.reshape({-1}));
@@ -302,7 +316,7 @@ std::pair<double, double> estimate(const nn::Module& m, GptImpl& model, const Te
     Tensor acc = zeros({}, {.device = splits[s]->device()});
     for (std::int64_t i = 0; i < c.eval_iters; ++i) {
       auto [x, y] = batch(*splits[s], c.batch_size, c.block_size);
-      acc = add(acc, lm_loss(model, x, y));
+      acc = add(acc, lm_loss(model, x, y, c.dtype == "bf16"));
     }
     out[s] = acc.item<double>() / static_cast<double>(c.eval_iters);
   }
@@ -371,6 +385,15 @@ int main(int argc, char** argv) {
   app.add_flag("--expect-progress", cfg.expect_progress,
                "exit with 1 unless the last train-loss estimate is below the first (a smoke test)");
   app.add_option("--seed", cfg.seed, "seed of weights, dropout, batches and sampling")->capture_default_str();
+  app.add_option("--offsets-out", cfg.offsets_out,
+                 "write each training batch's offsets to FILE (i64, batch-size per step) for bench/torch_gpt.py "
+                 "--offsets (one host read per step)");
+  app.add_option("--dtype", cfg.dtype, "f32, or bf16: mixed precision (autocast; f32 master weights)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--graph", cfg.graph,
+               "capture the training step once as a CUDA graph and replay it for every step after the first "
+               "(CUDA only)");
   CLI11_PARSE(app, argc, argv);
   if (cfg.tiny) {
     // Flags given explicitly still win over the tiny defaults.
@@ -391,6 +414,10 @@ int main(int argc, char** argv) {
   try {
     if (cfg.n_embd % cfg.n_head != 0) throw Error(ErrorKind::value, "gpt: --n-embd must be a multiple of --n-head");
     Device dev = cfg.device == "auto" ? (cuda::is_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(cfg.device);
+    if (cfg.graph && !cfg.offsets_out.empty())
+      throw Error(ErrorKind::value, "gpt: --offsets-out reads each step's offsets, which a --graph replay keeps on the device");
+    if (cfg.graph && !dev.is_cuda())
+      throw Error(ErrorKind::device, "--graph: CUDA graphs need a CUDA device, the run is on " + dev.str());
     manual_seed(cfg.seed);
 
     std::optional<io::TensorMap> resumed;
@@ -446,6 +473,26 @@ int main(int argc, char** argv) {
       auto t0 = clock::now();
       std::int64_t tokens_since = 0;
       double rate = 0, first_loss = 0, last_loss = 0;
+      // One training step: a batch, forward, backward, clipping, both AdamW updates.
+      // --offsets-out: every training batch's offsets, i64 little-endian, batch_size per step.
+      std::ofstream offsets_file;
+      if (!cfg.offsets_out.empty()) {
+        offsets_file.open(cfg.offsets_out, std::ios::binary);
+        if (!offsets_file) throw Error(ErrorKind::io, "gpt: cannot write " + cfg.offsets_out);
+      }
+      Tensor offsets;
+      auto train_step = [&]() -> std::vector<Tensor> {
+        auto [x, y] = batch(train, cfg.batch_size, cfg.block_size, &offsets);
+        Tensor loss = lm_loss(*model, x, y, cfg.dtype == "bf16");
+        opt_decay.zero_grad();
+        opt_plain.zero_grad();
+        loss.backward();
+        (void)optim::clip_grad_norm_(params, cfg.grad_clip);
+        opt_decay.step();
+        opt_plain.step();
+        return {loss};
+      };
+      std::unique_ptr<cuda::GraphedStep> graphed;
       for (std::int64_t it = 0; it <= cfg.iters; ++it) {
         const double lr = lr_at(cfg, it);
         if (it % cfg.eval_every == 0 || it == cfg.iters) {
@@ -462,16 +509,20 @@ int main(int argc, char** argv) {
           tokens_since = 0;
         }
         if (it == cfg.iters) break;
-        opt_decay.set_lr(lr);
+        opt_decay.set_lr(lr);  // before a replay: its hooks read the learning rate
         opt_plain.set_lr(lr);
-        auto [x, y] = batch(train, cfg.batch_size, cfg.block_size);
-        Tensor loss = lm_loss(*model, x, y);
-        opt_decay.zero_grad();
-        opt_plain.zero_grad();
-        loss.backward();
-        (void)optim::clip_grad_norm_(params, cfg.grad_clip);
-        opt_decay.step();
-        opt_plain.step();
+        Tensor loss;
+        if (cfg.graph && it > 0) {
+          if (!graphed) graphed = std::make_unique<cuda::GraphedStep>(dev, train_step, cuda::GraphedStepOptions{.warmup = 0});
+          loss = (*graphed)()[0];
+        } else {
+          loss = train_step()[0];
+        }
+        if (offsets_file.is_open()) {  // one host read per step: only when asked for
+          const std::vector<std::int64_t> o = offsets.to_host<std::int64_t>();
+          offsets_file.write(reinterpret_cast<const char*>(o.data()), static_cast<std::streamsize>(o.size() * sizeof(o[0])));
+          if (!offsets_file) throw Error(ErrorKind::io, "gpt: cannot write " + cfg.offsets_out);
+        }
         tokens_since += cfg.batch_size * cfg.block_size;
         if ((it + 1) % cfg.log_every == 0) {
           const double l = loss.item<double>();  // the one sync of this interval

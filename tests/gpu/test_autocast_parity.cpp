@@ -1,0 +1,88 @@
+// Autocast on CUDA against autocast on the CPU: the lower-precision ops (matmul, linear, bmm,
+// conv2d, the fused attention) and the fp32 ops (softmax, layer_norm, cross_entropy) give the
+// same dtypes on both devices and values within the bf16/f16 rounding of the output (the
+// GEMMs accumulate in f32 on both: cuBLAS COMPUTE_32F, the CPU's widened GEMM); the gradients
+// of f32 leaves through a mixed-precision block are f32 and agree. Without a CUDA device the
+// suite exits 77 (skipped).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_helpers.hpp"
+import brrr;
+
+#include "tests/tensor/helpers.hpp"
+
+using namespace brrr;
+using namespace test;
+
+namespace {
+
+// The output's dtype decides: two units in the last place of bf16/f16 at the output's scale,
+// f32 results (after an f32 op on bf16 products) a little looser than f32's own.
+testing::CloseOptions tol(DType d) {
+  switch (d) {
+    case DType::bf16: return {.rtol = 1.6e-2, .atol = 1e-2};
+    case DType::f16: return {.rtol = 2e-3, .atol = 1e-3};
+    default: return {.rtol = 1e-2, .atol = 1e-3};
+  }
+}
+
+// f under autocast, on the CPU leaves and on their GPU copies (test::parity), for both dtypes.
+template <class F> void autocast_parity(const std::string& what, F&& f, const std::vector<Tensor>& in) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    parity(
+        what + " under autocast " + to_string(low),
+        [&](const std::vector<Tensor>& x) {
+          AutocastGuard guard(low);
+          return f(x);
+        },
+        in, true, {}, tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("autocast on CUDA equals autocast on the CPU: lower-precision ops") {
+  manual_seed(2024);
+  autocast_parity("matmul", [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); },
+                  {randn({33, 70}), randn({70, 17})});
+  autocast_parity("linear", [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); },
+                  {randn({8, 5, 64}), randn({96, 64}), randn({96})});
+  autocast_parity("bmm", [](const std::vector<Tensor>& x) { return bmm(x[0], x[1]); },
+                  {randn({3, 9, 40}), randn({3, 40, 11})});
+  autocast_parity("conv2d",
+                  [](const std::vector<Tensor>& x) { return conv2d(x[0], x[1], x[2], {.padding = {1, 1}}); },
+                  {randn({2, 3, 9, 9}), randn({6, 3, 3, 3}), randn({6})});
+  autocast_parity("scaled_dot_product_attention (fused on CUDA)",
+                  [](const std::vector<Tensor>& x) {
+                    return scaled_dot_product_attention(x[0], x[1], x[2], {.is_causal = true});
+                  },
+                  {randn({2, 3, 40, 32}), randn({2, 3, 40, 32}), randn({2, 3, 40, 32})});
+}
+
+TEST_CASE("autocast on CUDA equals autocast on the CPU: fp32 ops and a mixed block") {
+  manual_seed(2025);
+  Tensor target = randint(0, 12, {10});
+  autocast_parity("softmax of a bf16 input", [](const std::vector<Tensor>& x) { return softmax(x[0].to(DType::bf16), 1); },
+                  {randn({10, 12})});
+  autocast_parity(
+      "linear -> layer_norm -> cross_entropy",
+      [&](const std::vector<Tensor>& x) {
+        Tensor h = linear(x[0], x[1], x[2]);
+        Tensor n = layer_norm(h, {12}, x[3], x[4]);
+        return cross_entropy(n, target.to(x[0].device()));
+      },
+      {randn({10, 20}), randn({12, 20}), randn({12}), randn({12}), randn({12})});
+  // The dtypes are the CPU's on CUDA too.
+  AutocastGuard guard;
+  Tensor a = randn({4, 4}, {.device = gpu()});
+  CHECK(matmul(a, a).dtype() == DType::bf16);
+  CHECK(softmax(matmul(a, a), 1).dtype() == DType::f32);
+  CHECK(layer_norm(matmul(a, a), {4}).dtype() == DType::f32);
+}
