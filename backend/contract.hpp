@@ -97,6 +97,18 @@ struct Window2d {
   std::int64_t out_h = 0, out_w = 0;        ///< output positions
 };
 
+/// How interpolate (ops/interpolate.cpp) maps output positions to input positions, per
+/// spatial dim of an [N, C, H, W] operand pair (3-D inputs have H = 1 on both sides): nearest
+/// (PyTorch's floor rule) or linear (bilinear in 2-D). Math: ops/interpolate_math.hpp.
+enum class UpsampleMode : std::uint8_t { nearest, linear };
+struct Upsample2d {
+  UpsampleMode mode = UpsampleMode::nearest;
+  bool align_corners = false;  ///< linear only
+  /// The user's scale factors, 0 where none is used (then in / out): PyTorch's source-index
+  /// scale is 1 / scale_factor when one is given and recompute_scale_factor is not set.
+  double scale_factor_h = 0, scale_factor_w = 0;
+};
+
 /// Which update an optimizer_step applies (formulas in optim/, with their sources).
 enum class OptimizerKind : std::uint8_t { sgd, adam, adamw };
 
@@ -299,7 +311,8 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(trunc_divide, "div (rounding_mode trunc)", division)    \
   X(remainder, "remainder", division)                       \
   X(fmod, "fmod", division)                                 \
-  X(max_unpool2d, "max_unpool2d", index)
+  X(max_unpool2d, "max_unpool2d", index)                    \
+  X(poisson, "poisson", domain)
 
 #define BRRR_ENUMERATOR(op, ...) op,
 enum class UnaryOp : std::uint8_t { BRRR_UNARY_OPS(BRRR_ENUMERATOR) };
@@ -396,7 +409,7 @@ BRRR_HD constexpr const char* name_of(CheckedOp op) {
   return "kernel";
 }
 /// What a checked op reports (the third column of BRRR_CHECKED_OPS).
-enum class CheckKind : std::uint8_t { index, division };
+enum class CheckKind : std::uint8_t { index, division, domain };
 BRRR_HD constexpr CheckKind kind_of(CheckedOp op) {
   switch (op) {
     case CheckedOp::none: return CheckKind::index;
@@ -408,6 +421,8 @@ BRRR_HD constexpr CheckKind kind_of(CheckedOp op) {
 }
 /// Whether a checked op reports a division by zero (otherwise an index out of range).
 BRRR_HD constexpr bool is_division(CheckedOp op) { return kind_of(op) == CheckKind::division; }
+/// Whether a checked op reports an argument outside its domain (poisson's negative rate).
+BRRR_HD constexpr bool is_domain(CheckedOp op) { return kind_of(op) == CheckKind::domain; }
 #undef BRRR_NAME_CASE
 #undef BRRR_COLUMN_CASE
 
@@ -577,6 +592,17 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
                          const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
                          const Operand& lse, double scale, bool causal))                                            \
+  /* Nearest / (bi)linear resampling of in [N, C, H, W] into out [N, C, OH, OW] (both contiguous), one             \
+     floating dtype, accumulated in compute_t; the index and weight math of ops/interpolate_math.hpp. */            \
+  X(upsample, (const Operand& out, const Operand& in, const Upsample2d& g))                                         \
+  /* Its adjoint: grad_out [N, C, OH, OW] summed into grad_in [N, C, H, W] (both contiguous, grad_in zeroed by the  \
+     caller; CUDA: atomic adds, so the rounding order of overlapping sources varies). f32/f64 only: the op layer   \
+     computes bf16/f16 gradients in f32. */                                                                          \
+  X(upsample_backward, (const Operand& grad_in, const Operand& grad_out, const Upsample2d& g))                       \
+  /* Poisson samples out[i] with rate rates[i] (both contiguous, one floating dtype, one shape) from the Philox    \
+     words offset + i * words_poisson ... of `seed` (ops/random_transform.hpp, random_transform::poisson).         \
+     A negative or NaN rate: NaN written and reported as CheckedOp::poisson (CPU: Error(value) at the call). */    \
+  X(poisson, (const Operand& out, const Operand& rates, std::uint64_t seed, std::uint64_t offset))                  \
   /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
   X(optimizer_step, (const OptimizerStep& step))
 

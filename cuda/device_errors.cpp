@@ -81,6 +81,10 @@ void check_device_errors(int device) {
   const int code = __atomic_exchange_n(host, 0, __ATOMIC_SEQ_CST);
   if (code == 0) return;
   const auto op = static_cast<CheckedOp>(code);  // BRRR_CHECKED_OPS (backend/contract.hpp)
+  if (is_domain(op))
+    throw Error(ErrorKind::value, std::string(name_of(op)) + ": a negative or NaN argument detected on cuda:" +
+                                      std::to_string(device) + " by a kernel launched earlier (checked at this sync "
+                                      "point); its results there were written as NaN");
   if (is_division(op))
     throw Error(ErrorKind::value, std::string(name_of(op)) +
                                       ": integer division by zero detected on cuda:" + std::to_string(device) +

@@ -411,6 +411,17 @@ public:
   }
 };
 
+/// brrr::interpolate with fixed options (PyTorch's nn.Upsample: size or scale_factor, mode
+/// nearest/linear/bilinear, align_corners): nn::Upsample({.scale_factor = {2}, .mode = "bilinear"}).
+/// The options are checked at the first forward, against the input's rank, as PyTorch.
+class Upsample : public Module {
+public:
+  /// An empty handle, assigned later (LibTorch's `nn::Upsample layer{nullptr}`); a template so
+  /// that a literal 0 still means a number.
+  template <std::same_as<std::nullptr_t> Null> Upsample(Null) {}
+  explicit Upsample(InterpolateOptions options);
+};
+
 /// Flattens dims start..end (default: all but the batch dim).
 class Flatten : public Module {
 public:

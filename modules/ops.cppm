@@ -438,6 +438,12 @@ struct ValuesIndices {
 /// elements (NaN for an empty input).
 [[nodiscard]] ValuesIndices median(const Tensor& x, std::int64_t dim, bool keepdim = false);
 [[nodiscard]] Tensor median(const Tensor& x);
+/// The most frequent value along dim (the smallest of equally frequent ones) and its i64
+/// position: the last position of that value in the line, as PyTorch's CPU torch.mode. NaNs
+/// count as one value, the largest; -0.0 equals 0.0. A stable sort and a run-length scan.
+/// Error(value) for a dim of size 0. The values' gradient goes to that position; the
+/// indices are not differentiable.
+[[nodiscard]] ValuesIndices mode(const Tensor& x, std::int64_t dim = -1, bool keepdim = false);
 /// What unique returns: the sorted distinct values, and when asked the (i64) slot of each
 /// input element (input's shape) and the count of each value.
 struct UniqueResult {
@@ -476,6 +482,13 @@ struct UniqueResult {
 /// and GPU. Weights are checked (finite, >= 0, a positive one per row, enough for the
 /// samples without replacement) on the CPU only: on CUDA that would be a host sync.
 [[nodiscard]] Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replacement = false);
+/// Poisson samples with the rates of `rates` (floating, >= 0), in its shape and dtype: each a
+/// function of the seeded Philox stream at (seed, offset, element) alone, the same on CPU and
+/// GPU (ops/random_transform.hpp: inversion for rates below 10, Hoermann's PTRS above; 32
+/// words per element). A rate of +inf gives +inf. Negative or NaN rates: Error(value) on the
+/// CPU; on CUDA the samples there are NaN and the deferred device error reports it at the
+/// next sync. Not under CUDA graph capture (Error(stream)). Not differentiable.
+[[nodiscard]] Tensor poisson(const Tensor& rates);
 
 // ---------------------------------------------------------------------------------------
 // Linear algebra
@@ -1002,6 +1015,32 @@ struct Conv1dOptions {
 /// the copied elements.
 [[nodiscard]] Tensor pad(const Tensor& input, const std::vector<std::int64_t>& padding,
                          std::string_view mode = "constant", double value = 0.0);
+/// Options of interpolate (PyTorch's F.interpolate arguments; an empty list is "not given").
+struct InterpolateOptions {
+  /// Output spatial size: one value for every spatial dim or one per dim.
+  std::vector<std::int64_t> size = {};
+  /// Multiplier of each spatial size (one value or one per dim): out = floor(in * s).
+  std::vector<double> scale_factor = {};
+  /// "nearest" (PyTorch's floor rule: src = min(floor(dst * scale), in - 1), not
+  /// nearest-exact), "linear" (3-D input) or "bilinear" (4-D input).
+  std::string mode = "nearest";
+  /// Linear modes only (set with nearest: Error(value)); unset means false, as PyTorch. True:
+  /// src = dst * (in - 1) / (out - 1); false: src = max(scale (dst + 0.5) - 0.5, 0).
+  std::optional<bool> align_corners = std::nullopt;
+  /// With scale_factor: true computes the source positions from in / out instead of
+  /// 1 / scale_factor (PyTorch's default, unset, uses 1 / scale_factor).
+  std::optional<bool> recompute_scale_factor = std::nullopt;
+};
+/// Resampling of [N, C, W] or [N, C, H, W] floating inputs (PyTorch's F.interpolate):
+/// interpolate(x, {.size = {64, 64}, .mode = "bilinear", .align_corners = false}) or
+/// interpolate(x, {.scale_factor = {2}}). The source positions follow PyTorch's formulas
+/// (ops/interpolate_math.hpp), computed in f32 (f64 for f64 inputs). Backward sums the
+/// gradient into the taps (CUDA: atomic adds, so its rounding order varies; bf16/f16
+/// gradients are summed in f32). Errors: Error(value) for another mode, align_corners with
+/// nearest, both or neither of size and scale_factor, a non-positive scale or output size,
+/// recompute_scale_factor with size; Error(shape) for other ranks, linear on 4-D or bilinear
+/// on 3-D, or a size/scale list of the wrong length; Error(dtype) for non-floating inputs.
+[[nodiscard]] Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
 /// [*, C r^2, H, W] -> [*, C, H r, W r]: each group of r^2 channels tiles an r x r block
 /// (a view chain and one copy). Error(shape) unless the channels divide by r^2.
 [[nodiscard]] Tensor pixel_shuffle(const Tensor& input, std::int64_t upscale_factor);
@@ -1126,6 +1165,20 @@ const Tensor& mul_(const Tensor& x, Scalar y);
 /// x /= y (true division: an integer x is Error(dtype)).
 const Tensor& div_(const Tensor& x, const Tensor& y);
 const Tensor& div_(const Tensor& x, Scalar y);
+/// The scatter family in place (LibTorch's Tensor::scatter_, ...; ops/scatter.cpp): x becomes
+/// the out-of-place op's result (its arguments, checks and gradients above), under the rules
+/// of this section (src/source/values is the operand whose grad is recorded).
+const Tensor& scatter_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);
+const Tensor& scatter_(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar value);
+const Tensor& scatter_add_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);
+const Tensor& scatter_reduce_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src,
+                              std::string_view reduce, bool include_self = true);
+const Tensor& index_add_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source,
+                         Scalar alpha = 1);
+const Tensor& index_copy_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source);
+const Tensor& index_fill_(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar value);
+const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, Scalar value);
+const Tensor& masked_scatter_(const Tensor& x, const Tensor& mask, const Tensor& source);
 
 // ---------------------------------------------------------------------------------------
 // Indexing in LibTorch's spelling (ops/indexing.cpp):

@@ -135,6 +135,32 @@ private:
   std::int64_t start_, end_;
 };
 
+class UpsampleImpl final : public ModuleImpl {
+public:
+  explicit UpsampleImpl(InterpolateOptions o) : o_(std::move(o)) {}
+  Tensor forward(const Tensor& x) override { return interpolate(x, o_); }
+  std::string name() const override {
+    std::ostringstream s;
+    s << "Upsample(";
+    auto list = [&](const auto& v) {
+      if (v.size() == 1) s << v[0];
+      else {
+        s << "(";
+        for (std::size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+        s << ")";
+      }
+    };
+    if (!o_.size.empty()) s << "size=", list(o_.size);
+    else s << "scale_factor=", list(o_.scale_factor);
+    s << ", mode='" << o_.mode << "'";
+    if (o_.align_corners) s << ", align_corners=" << bool_str(*o_.align_corners);
+    return s.str() + ")";
+  }
+
+private:
+  InterpolateOptions o_;
+};
+
 // An elementwise activation: a function and a printed name.
 class ActivationImpl final : public ModuleImpl {
 public:
@@ -267,6 +293,8 @@ Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t
     : Conv2d(in_channels, out_channels, std::array<std::int64_t, 2>{kernel_size, kernel_size}, options, bias) {}
 Tensor Conv2d::weight() const { return detail::own_tensor(impl_, "weight"); }
 Tensor Conv2d::bias() const { return detail::own_tensor(impl_, "bias"); }
+
+Upsample::Upsample(InterpolateOptions options) { impl_ = std::make_shared<UpsampleImpl>(std::move(options)); }
 
 Flatten::Flatten(std::int64_t start_dim, std::int64_t end_dim) {
   impl_ = std::make_shared<FlattenImpl>(start_dim, end_dim);

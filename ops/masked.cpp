@@ -7,6 +7,7 @@
 // (cuda::sync_count(); an Error under SyncPolicy::error), as PyTorch's.
 module;
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,16 @@ Tensor masked_scatter(const Tensor& x, const Tensor& mask, const Tensor& source)
   }
   Tensor taken = index_select(source.reshape({-1}), 0, slot).reshape(x.shape());
   return where(m.reshape(x.shape()), taken, x);
+}
+
+// In place (LibTorch's Tensor::masked_fill_ / masked_scatter_), under ops/inplace.cpp's rules.
+const Tensor& masked_fill_(const Tensor& x, const Tensor& mask, Scalar value) {
+  NvtxRange range("masked_fill_");
+  return update("masked_fill_", x, {}, [&](const Tensor& v) { return masked_fill(v, mask, value); }, {});
+}
+const Tensor& masked_scatter_(const Tensor& x, const Tensor& mask, const Tensor& source) {
+  NvtxRange range("masked_scatter_");
+  return update("masked_scatter_", x, source, [&](const Tensor& v) { return masked_scatter(v, mask, source); }, {});
 }
 
 }  // namespace brrr

@@ -1,7 +1,8 @@
-// Sampling from tensors of parameters: bernoulli, normal, multinomial. Every draw is a
-// rand()/randn() of the seeded Philox stream (tensor/random.cpp), and the rest is
-// deterministic ops, so a seed gives the same samples on the CPU and on the GPU. Samples are
-// not differentiable (the outputs do not require grad).
+// Sampling from tensors of parameters: bernoulli, normal, multinomial, poisson. Every draw is
+// a rand()/randn() of the seeded Philox stream (tensor/random.cpp) followed by deterministic
+// ops, or (poisson) one kernel computing each sample from its own words of that stream
+// (ops/random_transform.hpp), so a seed gives the same samples on the CPU and on the GPU.
+// Samples are not differentiable (the outputs do not require grad).
 module;
 #include <cmath>
 #include <cstdint>
@@ -9,6 +10,8 @@ module;
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "ops/random_transform.hpp"  // words_poisson
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
@@ -108,6 +111,25 @@ Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replaceme
     samples = topk(div(w, e), num_samples, 1, true, true).indices;
   }
   return input.dim() == 1 ? samples.squeeze(0) : samples;
+}
+
+Tensor poisson(const Tensor& rates) {
+  constexpr const char* name = "poisson";
+  NvtxRange range(name);
+  require_defined(name, rates, "rates");
+  require_floating(name, rates, "rates");
+  const Device dev = rates.device();
+  if (dev.is_cuda() && backend::capture_underway(dev.index()))
+    throw Error(ErrorKind::stream, "poisson: not supported under CUDA graph capture (its draw reads the generator "
+                                   "state at launch); draw the samples outside the captured region");
+  NoGradGuard no_grad;
+  Tensor r = rates.contiguous();
+  Tensor out = empty(rates.shape(), {.dtype = rates.dtype(), .device = dev});
+  if (out.numel() == 0) return out;
+  backend::GeneratorState& gen = backend::generator(dev);
+  backend::backend_for(dev).poisson(backend::output(out, name), backend::input(r, name), gen.seed, gen.offset);
+  gen.offset += static_cast<std::uint64_t>(out.numel()) * random_transform::words_poisson;
+  return out;
 }
 
 }  // namespace brrr

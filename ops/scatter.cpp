@@ -7,6 +7,7 @@
 // and amax/amin, whose rules use the forward result as a constant.
 module;
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -320,6 +321,39 @@ Tensor index_fill(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar
   Tensor v = full({}, value.value, {.dtype = x.dtype(), .device = x.device()}).expand(i1.shape());
   Tensor out = scatter_assign(CheckedOp::index_fill, x1, d, i1, v);
   return x.dim() == 0 ? out.view({}) : out;
+}
+
+// ---- in place (LibTorch's Tensor::scatter_, ...): the rules of ops/inplace.cpp's update() --
+
+const Tensor& scatter_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
+  NvtxRange range("scatter_");
+  return update("scatter_", x, src, [&](const Tensor& v) { return scatter(v, dim, index, src); }, {});
+}
+const Tensor& scatter_(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar value) {
+  NvtxRange range("scatter_");
+  return update("scatter_", x, {}, [&](const Tensor& v) { return scatter(v, dim, index, value); }, {});
+}
+const Tensor& scatter_add_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
+  NvtxRange range("scatter_add_");
+  return update("scatter_add_", x, src, [&](const Tensor& v) { return scatter_add(v, dim, index, src); }, {});
+}
+const Tensor& scatter_reduce_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src,
+                              std::string_view reduce, bool include_self) {
+  NvtxRange range("scatter_reduce_");
+  return update("scatter_reduce_", x, src,
+                [&](const Tensor& v) { return scatter_reduce(v, dim, index, src, reduce, include_self); }, {});
+}
+const Tensor& index_add_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source, Scalar alpha) {
+  NvtxRange range("index_add_");
+  return update("index_add_", x, source, [&](const Tensor& v) { return index_add(v, dim, index, source, alpha); }, {});
+}
+const Tensor& index_copy_(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source) {
+  NvtxRange range("index_copy_");
+  return update("index_copy_", x, source, [&](const Tensor& v) { return index_copy(v, dim, index, source); }, {});
+}
+const Tensor& index_fill_(const Tensor& x, std::int64_t dim, const Tensor& index, Scalar value) {
+  NvtxRange range("index_fill_");
+  return update("index_fill_", x, {}, [&](const Tensor& v) { return index_fill(v, dim, index, value); }, {});
 }
 
 }  // namespace brrr

@@ -1,7 +1,7 @@
-// Sorting and what is built on it: sort, argsort, topk, kthvalue, median, unique, bincount,
-// searchsorted. One backend sort (stable, NaN largest) over the dim moved last; the others
-// are compositions. The gradient of the sorted values (and of topk, kthvalue, median) goes
-// back to the positions the values came from (a scatter_add of the indices). unique and
+// Sorting and what is built on it: sort, argsort, topk, kthvalue, median, mode, unique,
+// bincount, searchsorted. One backend sort (stable, NaN largest) over the dim moved last; the
+// others are compositions. The gradient of the sorted values (and of topk, kthvalue, median,
+// mode) goes back to the positions the values came from (a scatter_add of the indices). unique and
 // bincount have data-dependent output sizes: they read a count back to the host (one counted
 // sync on CUDA, backend::note_sync via item/to_host).
 module;
@@ -48,6 +48,18 @@ void record_picked(const char* node, const Tensor& x, const Tensor& values, cons
     if (shape.empty()) return Grads{b.grad()};
     return Grads{scatter_add(zeros(shape, {.dtype = b.grad().dtype(), .device = b.grad().device()}), d, b.saved(0),
                              b.grad())};
+  });
+}
+
+// Records r.values = x at r.indices along d (reduced away unless keepdim): the gradient goes
+// back to those positions.
+void record_reduced(const char* node, const Tensor& x, const ValuesIndices& r, std::int64_t d, bool keepdim) {
+  if (!autograd::any_requires_grad({x}) || !is_floating_point(x.dtype())) return;
+  autograd::record(node, {x}, {r.values}, {r.indices}, [d, keepdim, shape = x.shape()](const Backward& b) {
+    if (shape.empty()) return Grads{b.grad()};
+    Tensor g = keepdim ? b.grad() : b.grad().unsqueeze(d);
+    Tensor idx = keepdim ? b.saved(0) : b.saved(0).unsqueeze(d);
+    return Grads{scatter_add(zeros(shape, {.dtype = g.dtype(), .device = g.device()}), d, idx, g)};
   });
 }
 
@@ -103,13 +115,7 @@ ValuesIndices ranked(const char* name, const char* node, const Tensor& x, std::i
       if (!keepdim) r = {r.values.squeeze(d), r.indices.squeeze(d)};
     }
   }
-  if (autograd::any_requires_grad({x}) && is_floating_point(x.dtype()))
-    autograd::record(node, {x}, {r.values}, {r.indices}, [d, keepdim, shape = x.shape()](const Backward& b) {
-      if (shape.empty()) return Grads{b.grad()};
-      Tensor g = keepdim ? b.grad() : b.grad().unsqueeze(d);
-      Tensor idx = keepdim ? b.saved(0) : b.saved(0).unsqueeze(d);
-      return Grads{scatter_add(zeros(shape, {.dtype = g.dtype(), .device = g.device()}), d, idx, g)};
-    });
+  record_reduced(node, x, r, d, keepdim);
   (void)name;
   return r;
 }
@@ -156,12 +162,7 @@ ValuesIndices median(const Tensor& x, std::int64_t dim, bool keepdim) {
     r = {gather(s.values, d, rank), gather(s.indices, d, rank)};
     if (!keepdim) r = {r.values.squeeze(d), r.indices.squeeze(d)};
   }
-  if (autograd::any_requires_grad({x}))
-    autograd::record("MedianBackward", {x}, {r.values}, {r.indices}, [d, keepdim, shape = x.shape()](const Backward& b) {
-      Tensor g = keepdim ? b.grad() : b.grad().unsqueeze(d);
-      Tensor idx = keepdim ? b.saved(0) : b.saved(0).unsqueeze(d);
-      return Grads{scatter_add(zeros(shape, {.dtype = g.dtype(), .device = g.device()}), d, idx, g)};
-    });
+  record_reduced("MedianBackward", x, r, d, keepdim);
   return r;
 }
 
@@ -170,6 +171,47 @@ Tensor median(const Tensor& x) {
   require_defined("median", x);
   if (x.numel() == 0) return full({}, std::numeric_limits<double>::quiet_NaN(), {.dtype = x.dtype(), .device = x.device()});
   return median(x.reshape({-1}), 0, false).values;
+}
+
+ValuesIndices mode(const Tensor& x, std::int64_t dim, bool keepdim) {
+  NvtxRange range("mode");
+  require_defined("mode", x);
+  const std::int64_t d = wrap_dim("mode", dim, x.dim(), x.shape());
+  const std::int64_t n = x.dim() == 0 ? 1 : x.size(d);
+  if (n == 0)
+    throw Error(ErrorKind::value, "mode: cannot reduce dim " + std::to_string(d) + " of size 0 (shape " +
+                                      to_string(x.shape()) + ")");
+  // Sorted (stably), equal values form runs whose last element is the value's last position
+  // in x. The running length of each run peaks at that last element; the first peak of the
+  // longest run is the smallest most frequent value.
+  ValuesIndices s = sort_forward(x, d, false);
+  ValuesIndices r;
+  {
+    NoGradGuard no_grad;
+    if (x.dim() == 0) {
+      r = s;
+    } else {
+      const TensorOptions i64{.dtype = DType::i64, .device = x.device()};
+      Shape line(static_cast<std::size_t>(x.dim()), 1);
+      line[static_cast<std::size_t>(d)] = n;
+      Tensor pos = arange(n, i64).reshape(line);
+      Tensor starts = pos;  // where(run starts here, position, 0)
+      if (n > 1) {
+        Tensor prev = s.values.narrow(d, 0, n - 1), cur = s.values.narrow(d, 1, n - 1);
+        Tensor differs = ne(cur, prev);
+        if (is_floating_point(x.dtype()))  // NaNs (sorted last) count as one value
+          differs = logical_and(differs, logical_not(logical_and(isnan(cur), isnan(prev))));
+        Tensor first = ones(s.values.narrow(d, 0, 1).shape(), {.dtype = DType::boolean, .device = x.device()});
+        starts = where(cat({first, differs}, d), pos, zeros({}, i64));
+      }
+      Tensor run_length = add(sub(pos, cummax(starts.expand(s.values.shape()), d).values), 1);
+      Tensor best = argmax(run_length, d, true);
+      r = {gather(s.values, d, best), gather(s.indices, d, best)};
+      if (!keepdim) r = {r.values.squeeze(d), r.indices.squeeze(d)};
+    }
+  }
+  record_reduced("ModeBackward", x, r, d, keepdim);
+  return r;
 }
 
 UniqueResult unique(const Tensor& x, bool sorted, bool return_inverse, bool return_counts) {

@@ -118,7 +118,18 @@
   X(mul_, (const Tensor& other), (other))                                                     \
   X(mul_, (S other), (other))                                                                 \
   X(div_, (const Tensor& other), (other))                                                     \
-  X(div_, (S other), (other))
+  X(div_, (S other), (other))                                                                 \
+  X(scatter_, (std::int64_t dim, const Tensor& index, const Tensor& src), (dim, index, src))  \
+  X(scatter_, (std::int64_t dim, const Tensor& index, S value), (dim, index, value))          \
+  X(scatter_add_, (std::int64_t dim, const Tensor& index, const Tensor& src), (dim, index, src)) \
+  X(scatter_reduce_, (std::int64_t dim, const Tensor& index, const Tensor& src, std::string_view reduce, \
+    bool include_self = true), (dim, index, src, reduce, include_self))                       \
+  X(index_add_, (std::int64_t dim, const Tensor& index, const Tensor& source, S alpha = 1),   \
+    (dim, index, source, alpha))                                                              \
+  X(index_copy_, (std::int64_t dim, const Tensor& index, const Tensor& source), (dim, index, source)) \
+  X(index_fill_, (std::int64_t dim, const Tensor& index, S value), (dim, index, value))       \
+  X(masked_fill_, (const Tensor& mask, S value), (mask, value))                               \
+  X(masked_scatter_, (const Tensor& mask, const Tensor& source), (mask, source))
 // clang-format on
 
 // (self, a, b) from (a, b) and (self) from (): the parameter and argument lists with the

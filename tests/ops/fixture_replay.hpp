@@ -33,12 +33,11 @@ inline void check_values(const std::vector<double>& got, const std::vector<doubl
   }
 }
 
-/// Runs case `name` through f on the CPU in `dtype` (floating inputs converted; f64 is the
+/// Runs case `name` of fixture map `m` through f on the CPU in `dtype` (floating inputs converted; f64 is the
 /// fixture itself) and checks the output against PyTorch's, and, when the fixture has
 /// gradients and dtype is f64, the gradients too.
-inline void replay(const std::string& name, const CaseFn& f, DType dtype = DType::f64, double rtol = 1e-12,
-                   double atol = 1e-12, bool signed_zero = false) {
-  const io::TensorMap& m = math_fixtures();
+inline void replay_from(const io::TensorMap& m, const std::string& name, const CaseFn& f, DType dtype = DType::f64,
+                        double rtol = 1e-12, double atol = 1e-12, bool signed_zero = false) {
   INFO("case ", name, " in ", to_string(dtype));
   REQUIRE_MESSAGE(m.count(name + "/out"), "no fixture for " << name);
   std::vector<Tensor> inputs;
@@ -66,6 +65,12 @@ inline void replay(const std::string& name, const CaseFn& f, DType dtype = DType
     std::vector<double> got_g = g.defined() ? values(g) : std::vector<double>(want_g.size(), 0.0);
     check_values(got_g, want_g, std::max(rtol, 1e-9), std::max(atol, 1e-10), key);
   }
+}
+
+/// replay_from on math_more.safetensors.
+inline void replay(const std::string& name, const CaseFn& f, DType dtype = DType::f64, double rtol = 1e-12,
+                   double atol = 1e-12, bool signed_zero = false) {
+  replay_from(math_fixtures(), name, f, dtype, rtol, atol, signed_zero);
 }
 
 }  // namespace test
