@@ -177,25 +177,22 @@ Tensor ops_detail::unary_op(UnaryOp op, const Tensor& x, double p0, double p1) {
   return out;
 }
 
+namespace {
+// An op of autocast's fp32 list (exp, log and kin): under autocast a bf16/f16 input is widened.
+Tensor fp32_unary_op(UnaryOp op, const Tensor& x) {
+  if (!autocast::is_enabled()) return unary_op(op, x);
+  AutocastGuard off(autocast::dtype(), false);
+  return unary_op(op, autocast_arg(CastPolicy::fp32, x));
+}
+}  // namespace
+
 Tensor neg(const Tensor& x) { return unary_op(UnaryOp::neg, x); }
 Tensor abs(const Tensor& x) { return unary_op(UnaryOp::abs, x); }
-Tensor exp(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, exp, x);
-  return unary_op(UnaryOp::exp, x);
-}
-Tensor log(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, log, x);
-  return unary_op(UnaryOp::log, x);
-}
-Tensor log1p(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, log1p, x);
-  return unary_op(UnaryOp::log1p, x);
-}
+Tensor exp(const Tensor& x) { return fp32_unary_op(UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return fp32_unary_op(UnaryOp::log, x); }
+Tensor log1p(const Tensor& x) { return fp32_unary_op(UnaryOp::log1p, x); }
 Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::sqrt, x); }
-Tensor rsqrt(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, rsqrt, x);
-  return unary_op(UnaryOp::rsqrt, x);
-}
+Tensor rsqrt(const Tensor& x) { return fp32_unary_op(UnaryOp::rsqrt, x); }
 Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::tanh, x); }
 Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::sigmoid, x); }
 Tensor relu(const Tensor& x) { return unary_op(UnaryOp::relu, x); }
@@ -204,45 +201,18 @@ Tensor sin(const Tensor& x) { return unary_op(UnaryOp::sin, x); }
 Tensor cos(const Tensor& x) { return unary_op(UnaryOp::cos, x); }
 Tensor erf(const Tensor& x) { return unary_op(UnaryOp::erf, x); }
 Tensor sign(const Tensor& x) { return unary_op(UnaryOp::sign, x); }
-Tensor tan(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, tan, x);
-  return unary_op(UnaryOp::tan, x);
-}
-Tensor asin(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, asin, x);
-  return unary_op(UnaryOp::asin, x);
-}
-Tensor acos(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, acos, x);
-  return unary_op(UnaryOp::acos, x);
-}
+Tensor tan(const Tensor& x) { return fp32_unary_op(UnaryOp::tan, x); }
+Tensor asin(const Tensor& x) { return fp32_unary_op(UnaryOp::asin, x); }
+Tensor acos(const Tensor& x) { return fp32_unary_op(UnaryOp::acos, x); }
 Tensor atan(const Tensor& x) { return unary_op(UnaryOp::atan, x); }
-Tensor sinh(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, sinh, x);
-  return unary_op(UnaryOp::sinh, x);
-}
-Tensor cosh(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, cosh, x);
-  return unary_op(UnaryOp::cosh, x);
-}
-Tensor expm1(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, expm1, x);
-  return unary_op(UnaryOp::expm1, x);
-}
-Tensor log2(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, log2, x);
-  return unary_op(UnaryOp::log2, x);
-}
-Tensor log10(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, log10, x);
-  return unary_op(UnaryOp::log10, x);
-}
+Tensor sinh(const Tensor& x) { return fp32_unary_op(UnaryOp::sinh, x); }
+Tensor cosh(const Tensor& x) { return fp32_unary_op(UnaryOp::cosh, x); }
+Tensor expm1(const Tensor& x) { return fp32_unary_op(UnaryOp::expm1, x); }
+Tensor log2(const Tensor& x) { return fp32_unary_op(UnaryOp::log2, x); }
+Tensor log10(const Tensor& x) { return fp32_unary_op(UnaryOp::log10, x); }
 Tensor exp2(const Tensor& x) { return unary_op(UnaryOp::exp2, x); }
 Tensor erfc(const Tensor& x) { return unary_op(UnaryOp::erfc, x); }
-Tensor erfinv(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, erfinv, x);
-  return unary_op(UnaryOp::erfinv, x);
-}
+Tensor erfinv(const Tensor& x) { return fp32_unary_op(UnaryOp::erfinv, x); }
 Tensor lgamma(const Tensor& x) { return unary_op(UnaryOp::lgamma, x); }
 Tensor digamma(const Tensor& x) { return unary_op(UnaryOp::digamma, x); }
 Tensor polygamma(std::int64_t n, const Tensor& x) {
@@ -263,10 +233,7 @@ Tensor frac(const Tensor& x) {
     throw Error::dtype_not_supported("frac", "expected a floating-point input (f32, f64, bf16, f16)", x);
   return unary_op(UnaryOp::frac, x);
 }
-Tensor reciprocal(const Tensor& x) {
-  BRRR_AUTOCAST(fp32, reciprocal, x);
-  return unary_op(UnaryOp::reciprocal, x);
-}
+Tensor reciprocal(const Tensor& x) { return fp32_unary_op(UnaryOp::reciprocal, x); }
 Tensor square(const Tensor& x) {
   if (x.defined() && x.dtype() == DType::boolean) return x.to(DType::i64);  // PyTorch: bool squares to int64
   return unary_op(UnaryOp::square, x);
