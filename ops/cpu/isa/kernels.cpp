@@ -31,8 +31,43 @@ namespace rt = random_transform;
 
 namespace baseline {
 #include "ops/cpu/isa/kernels.inc"
+// cuRAND's Philox4x32-10 words for blocks first, first + 1, ..., first + n - 1: block b at
+// counter (b / 65536 as 64 bits, b % 65536, 0) under key `seed`, its 4 words at
+// words[4 (b - first) ...] (the layout of random_transform::philox_words, computed 16
+// blocks at a time so the rounds vectorise; tests/ops/test_cpu_isa.cpp compares the two).
+// The baseline's; avx2 and avx512 have intrinsic versions below.
 void philox_blocks(std::uint64_t seed, std::uint64_t first, std::uint32_t* words, std::int64_t n) {
-  philox_blocks_generic(seed, first, words, n);
+  constexpr std::uint64_t m0 = 0xD2511F53u, m1 = 0xCD9E8D57u;
+  constexpr std::uint32_t w0 = 0x9E3779B9u, w1 = 0xBB67AE85u;
+  const auto key0 = static_cast<std::uint32_t>(seed), key1 = static_cast<std::uint32_t>(seed >> 32);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    std::uint32_t c0[16], c1[16], c2[16], c3[16];
+    for (int j = 0; j < 16; ++j) {
+      const std::uint64_t b = first + static_cast<std::uint64_t>(i + j), hi = b >> 16;
+      c0[j] = static_cast<std::uint32_t>(hi);
+      c1[j] = static_cast<std::uint32_t>(hi >> 32);
+      c2[j] = static_cast<std::uint32_t>(b & 0xffffu);
+      c3[j] = 0;
+    }
+    std::uint32_t k0 = key0, k1 = key1;
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) k0 += w0, k1 += w1;
+      for (int j = 0; j < 16; ++j) {
+        const std::uint64_t p0 = m0 * c0[j], p1 = m1 * c2[j];
+        const std::uint32_t r0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1[j] ^ k0;
+        const std::uint32_t r2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
+        c1[j] = static_cast<std::uint32_t>(p1);
+        c3[j] = static_cast<std::uint32_t>(p0);
+        c0[j] = r0;
+        c2[j] = r2;
+      }
+    }
+    const std::int64_t len = n - i < 16 ? n - i : 16;
+    for (std::int64_t j = 0; j < len; ++j) {
+      std::uint32_t* w = words + 4 * (i + j);
+      w[0] = c0[j], w[1] = c1[j], w[2] = c2[j], w[3] = c3[j];
+    }
+  }
 }
 
 void normal_f64(const std::uint32_t* w, double* z, std::int64_t n) {
@@ -61,7 +96,7 @@ void normal_f64(const std::uint32_t* w, double* z, std::int64_t n) {
 #endif
 
 #if defined(__x86_64__)
-// Philox4x32-10 as philox_blocks_generic, one block per 32-bit lane, in intrinsics: the
+// Philox4x32-10 as baseline::philox_blocks, one block per 32-bit lane, in intrinsics: the
 // compilers' vectorisation of the generic loop widens every lane to 64 bits around each
 // multiply (60-110 cycles per block measured); here the 32x32 -> 64 products of the even and
 // odd lanes (mul_epu32) are blended back into lo and hi words, about 8 cycles per block with
