@@ -57,6 +57,9 @@ struct Block {
   bool small;
   std::uint64_t pool = 0;  // 0: the ordinary pool; else a private pool (all blocks of a segment share it)
   bool allocated = false;
+  // Freed but not yet free: held by a capture's pool (the graph may use it) or deferred until
+  // the capture ends. Such a block is neither in a free list nor mergeable into a neighbour.
+  bool held = false;
   int pending_events = 0;
   Block* prev = nullptr;  // neighbours inside the same segment
   Block* next = nullptr;
@@ -170,6 +173,7 @@ public:
       // During a capture: an ordinary block may be read by the graph (held until the capture's
       // pool is released); a block of other streams waits for the capture to end (recording
       // its events now would capture them).
+      block->held = true;
       (block->pool == 0 ? pools_[capture_pool_].held : capture_deferred_).push_back(block);
       return;
     }
@@ -236,7 +240,10 @@ public:
     capture_id_ = 0;
     std::vector<Block*> deferred;
     deferred.swap(capture_deferred_);
-    for (Block* b : deferred) release_after_other_streams(b);  // the events are not captured now
+    for (Block* b : deferred) {  // the events are not captured now
+      b->held = false;
+      release_after_other_streams(b);
+    }
   }
 
   // A graph of pool `id` was launched on `stream`: the pool's memory is in use there.
@@ -270,6 +277,7 @@ public:
               b->other_streams.push_back(s);
       }
     }
+    for (Block* b : pp.held) b->held = false;  // the events recorded below hold them now
     freed.insert(freed.end(), pp.held.begin(), pp.held.end());
     // Every block waits for at least one event (its own stream's), so nothing merges while
     // this loop still walks the list; process_events() returns them later.
@@ -369,6 +377,7 @@ private:
       b->small = small;
       b->pool = pool;
       b->allocated = false;
+      b->held = false;
       b->pending_events = 0;
       b->prev = b->next = nullptr;
       b->other_streams.clear();
@@ -454,7 +463,7 @@ private:
   // survives, so a segment's first Block object never changes (segments_ stays valid).
   void release(Block* block) {
     auto& pool = block->small ? small_pool_ : large_pool_;
-    auto mergeable = [](const Block* n) { return n && !n->allocated && n->pending_events == 0; };
+    auto mergeable = [](const Block* n) { return n && !n->allocated && !n->held && n->pending_events == 0; };
     if (Block* prev = block->prev; mergeable(prev)) {
       pool.erase(prev);
       prev->size += block->size;

@@ -2,7 +2,8 @@
 // steps bit for bit from the same seed (an MLP with dropout and SGD momentum, a small CNN with
 // Adam, an AdamW step whose learning rate a scheduler changes between replays); random draws
 // under capture give fresh numbers per replay, the eager ones; a host sync inside a capture
-// is an Error naming it and leaves everything usable; the allocator's statistics stay flat
+// is an Error naming it and leaves everything usable; an eager block freed during a capture
+// stays the graph's when its neighbours are freed; the allocator's statistics stay flat
 // over 10 000 replays; a replay on another stream after an event wait sees the inputs written
 // before the event; work on a second stream joined by events inside a capture; shared pools,
 // reset and the API's errors. Without a CUDA device the suite exits 77 (skipped).
@@ -218,6 +219,41 @@ TEST_CASE("random draws under capture: fresh numbers per replay, the ones eager 
   }
   // The replays advanced the generator as the eager draws did.
   CHECK(same_bits<float>(rand({10}, {.device = gpu()}), eager_next));
+}
+
+TEST_CASE("an eager block freed during a capture stays the graph's when its neighbours are freed after it") {
+  // 64 blocks of 512 bytes in a row; pick one whose neighbours on both sides are adjacent.
+  std::vector<Tensor> row;
+  for (int i = 0; i < 64; ++i) row.push_back(full({128}, static_cast<double>(i), {.device = gpu()}));
+  std::size_t mid = 0;
+  for (std::size_t i = 1; i + 1 < row.size() && mid == 0; ++i) {
+    auto* p = static_cast<char*>(row[i].data_ptr());
+    if (static_cast<char*>(row[i - 1].data_ptr()) + 512 == p && p + 512 == static_cast<char*>(row[i + 1].data_ptr()))
+      mid = i;
+  }
+  REQUIRE_MESSAGE(mid != 0, "no three adjacent 512-byte blocks among 64 fresh ones");
+  const char* held = static_cast<const char*>(row[mid].data_ptr());
+  const float value = static_cast<float>(mid);
+  Tensor y;
+  cuda::Graph g;
+  g.capture([&] {
+    y = mul(row[mid], 2.0);
+    row[mid] = Tensor();  // freed during the capture: the graph still reads it at every replay
+  });
+  row.clear();  // its neighbours freed after the capture: they must not absorb it
+  std::vector<Tensor> fresh;
+  bool overlap = false;
+  for (int i = 0; i < 5000; ++i) {
+    fresh.push_back(full({128}, 7.0, {.device = gpu()}));
+    auto* p = static_cast<const char*>(fresh.back().data_ptr());
+    overlap = overlap || (p < held + 512 && held < p + 512);
+  }
+  CHECK_FALSE(overlap);
+  g.replay();
+  std::vector<float> got = y.to_host<float>();
+  bool all = true;
+  for (float v : got) all = all && v == 2.0f * value;
+  CHECK(all);
 }
 
 TEST_CASE("a host sync inside a capture is Error(stream) naming it; the capture is discarded") {
