@@ -14,7 +14,8 @@
 //   thread's capture mode relaxed for that one call (cudaMalloc is not stream-ordered, so it
 //   is harmless to the graph, but "potentially unsafe" to strict capture modes). A block of
 //   the ordinary pool freed during a capture may be read by the graph's replays: the pool
-//   holds it until it is released. Event processing (cudaEventQuery) waits until no capture
+//   holds it until it is released (a held block is in no free list, and a neighbour freed
+//   later must not merge it back). Event processing (cudaEventQuery) waits until no capture
 //   is underway, as querying an event captured into a graph is illegal.
 // The hot path (a cached block handed out and returned) makes no CUDA call and no heap
 // allocation: Block objects and the free-list tree's nodes are recycled under the

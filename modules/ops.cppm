@@ -530,8 +530,11 @@ bool allow_tf32();
 /// Einstein summation ("ij,jk->ik", "bij,bjk->bik", "ii->i", "ij->", implicit output when
 /// no "->"): repeated letters in an operand take its diagonal, letters no later operand and
 /// not the output needs are summed first, and each pair of operands (left to right) is one
-/// batched matmul after permutes and reshapes. Letters only (no ellipsis: Error(value)); the
-/// sizes of a letter must agree (no broadcasting of size-1 dims: Error(shape)).
+/// batched matmul after permutes and reshapes. Letters, and at most one "..." per term for the
+/// dims no letter names: right-aligned across operands and broadcast (size 1 or missing), as in
+/// PyTorch; in the output where it has "...", first in an implicit output, else summed. The
+/// sizes of a letter must agree (no broadcasting of size-1 lettered dims: Error(shape)); dims
+/// that do not broadcast or a second ellipsis: Error(shape) / Error(value).
 [[nodiscard]] Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 /// Product over a dim (or all elements): the last element of cumprod, so the gradient is
 /// exact where x holds zeros. Integers give i64 (or `dtype`); an empty dim gives 1.

@@ -76,9 +76,9 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options) {
   NvtxRange range(op);
   require_defined(op, input);
   const std::string& mode = options.mode;
-  if (mode != "nearest" && mode != "linear" && mode != "bilinear")
-    throw Error(ErrorKind::value, std::string(op) + ": mode must be \"nearest\", \"linear\" (3-D) or \"bilinear\" "
-                                      "(4-D), got \"" + mode + "\"");
+  if (mode != "nearest" && mode != "linear" && mode != "bilinear" && mode != "area")
+    throw Error(ErrorKind::value, std::string(op) + ": mode must be \"nearest\", \"linear\" (3-D), \"bilinear\" "
+                                      "(4-D) or \"area\", got \"" + mode + "\"");
   if (input.dim() != 3 && input.dim() != 4)
     throw Error(ErrorKind::shape, std::string(op) + ": input must be 3-D [N, C, W] or 4-D [N, C, H, W], got " +
                                       describe(input));
@@ -89,10 +89,10 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options) {
     throw Error(ErrorKind::shape, std::string(op) + ": got " + std::to_string(input.dim()) +
                                       "-D input, but bilinear mode needs 4-D input: " + describe(input));
   require_floating(op, input);
-  const bool linear = mode != "nearest";
+  const bool linear = mode == "linear" || mode == "bilinear";
   if (!linear && options.align_corners.has_value())
     throw Error(ErrorKind::value, std::string(op) + ": align_corners can only be set with the interpolating modes "
-                                      "(linear, bilinear), not with nearest");
+                                      "(linear, bilinear), not with " + mode);
   const bool has_size = !options.size.empty(), has_scale = !options.scale_factor.empty();
   if (has_size == has_scale)
     throw Error(ErrorKind::value, std::string(op) + (has_size ? ": only one of size or scale_factor may be given"
@@ -123,6 +123,10 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options) {
       throw Error(ErrorKind::value, std::string(op) + ": input and output sizes must be greater than 0, got input " +
                                         describe(input) + " and output spatial size " +
                                         std::to_string(out_size[d]) + " in spatial dim " + std::to_string(d));
+  }
+  if (mode == "area") {  // PyTorch's area mode is adaptive average pooling to the output size
+    if (spatial == 1) return adaptive_avg_pool1d(input, out_size[0]);
+    return adaptive_avg_pool2d(input, {out_size[0], out_size[1]});
   }
   backend::Upsample2d g;
   g.mode = linear ? backend::UpsampleMode::linear : backend::UpsampleMode::nearest;

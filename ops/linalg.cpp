@@ -202,14 +202,72 @@ Term contract(Term a, Term b, const std::string& keep) {
   return {matmul(ta, tb).reshape(out), batch + fa + fb};
 }
 
+// Ellipses: in each term "..." stands for the operand's dims that no letter names; they are
+// aligned to the right across the operands and broadcast as in PyTorch (a size-1 or missing
+// dim takes the other operands' size). Each ellipsis dim gets a letter the equation does not
+// use, so that the rest of einsum sees letters only; a size-1 ellipsis dim that broadcasts is
+// squeezed away (an operand without a letter is constant along it). `output` gets the
+// ellipsis letters where it has "...", first when it is implicit (PyTorch's order), none
+// otherwise (they are summed). Returns the operands to use.
+std::vector<Tensor> expand_ellipses(const std::string& equation, std::vector<std::string>& terms,
+                                    std::string& output, bool implicit, const std::vector<Tensor>& operands) {
+  const std::string dots = "...";
+  std::vector<Tensor> ops = operands;
+  std::int64_t e = 0;  // ellipsis dims: the most any operand has
+  std::vector<std::int64_t> ell(terms.size(), -1);
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    const std::size_t at = terms[i].find(dots);
+    if (at == std::string::npos) continue;
+    if (terms[i].find(dots, at + 1) != std::string::npos || terms[i].find('.', at + 3) != std::string::npos)
+      throw Error(ErrorKind::value, "einsum: operand " + std::to_string(i) + " of \"" + equation + "\" has more than one ellipsis");
+    require_defined("einsum", ops[i]);
+    ell[i] = ops[i].dim() - static_cast<std::int64_t>(terms[i].size() - 3);
+    if (ell[i] < 0)
+      throw Error(ErrorKind::shape, "einsum: operand " + std::to_string(i) + " has " + std::to_string(ops[i].dim()) +
+                                        " dims, fewer than the letters of \"" + terms[i] + "\"");
+    e = std::max(e, ell[i]);
+  }
+  if (output.find(dots) != std::string::npos && output.find(dots, output.find(dots) + 3) != std::string::npos)
+    throw Error(ErrorKind::value, "einsum: the output of \"" + equation + "\" has more than one ellipsis");
+  std::string fresh;  // letters the equation does not use, one per ellipsis dim
+  for (char c = 'A'; c <= 'z' && static_cast<std::int64_t>(fresh.size()) < e; ++c)
+    if (std::isalpha(static_cast<unsigned char>(c)) && equation.find(c) == std::string::npos) fresh += c;
+  if (static_cast<std::int64_t>(fresh.size()) < e)
+    throw Error(ErrorKind::value, "einsum: \"" + equation + "\" leaves too few letters for its ellipsis dims");
+  // The size of each ellipsis dim over all operands (right-aligned), checked to broadcast.
+  std::vector<std::int64_t> size(static_cast<std::size_t>(e), 1);
+  for (std::size_t i = 0; i < terms.size(); ++i)
+    for (std::int64_t p = 0; p < ell[i]; ++p) {
+      const std::int64_t n = ops[i].size(static_cast<std::int64_t>(terms[i].find(dots)) + p);
+      std::int64_t& target = size[static_cast<std::size_t>(e - ell[i] + p)];
+      if (n != 1 && target != 1 && n != target)
+        throw Error(ErrorKind::shape, "einsum: the ellipsis dims of operand " + std::to_string(i) + " (" +
+                                          to_string(ops[i].shape()) + ") do not broadcast with the other operands'");
+      if (n != 1) target = n;
+    }
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    if (ell[i] < 0) continue;
+    const std::size_t at = terms[i].find(dots);
+    std::string letters = fresh.substr(static_cast<std::size_t>(e - ell[i]));
+    for (std::int64_t p = ell[i] - 1; p >= 0; --p)  // from the right: earlier dims keep their index
+      if (ops[i].size(static_cast<std::int64_t>(at) + p) == 1 && size[static_cast<std::size_t>(e - ell[i] + p)] != 1) {
+        ops[i] = ops[i].squeeze(static_cast<std::int64_t>(at) + p);
+        letters.erase(static_cast<std::size_t>(p), 1);
+      }
+    terms[i].replace(at, 3, letters);
+  }
+  if (const std::size_t at = output.find(dots); at != std::string::npos) output.replace(at, 3, fresh);
+  else if (implicit) output = fresh + output;
+  return ops;
+}
+
 }  // namespace
 
-Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) {
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& given) {
   NvtxRange range("einsum");
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq += c;
-  if (eq.find("...") != std::string::npos) throw Error(ErrorKind::value, "einsum: ellipsis (...) is not supported");
   const std::size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow);
   std::vector<std::string> terms;
@@ -219,19 +277,20 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
     if (comma == std::string::npos) break;
     s = comma + 1;
   }
-  if (terms.size() != operands.size())
+  if (terms.size() != given.size())
     throw Error(ErrorKind::value, "einsum: the equation \"" + equation + "\" has " + std::to_string(terms.size()) +
-                                      " operands, got " + std::to_string(operands.size()));
+                                      " operands, got " + std::to_string(given.size()));
   std::string output;
   if (arrow != std::string::npos) {
     output = eq.substr(arrow + 2);
-  } else {  // implicit output: the letters seen once, sorted
+  } else {  // implicit output: the letters seen once, sorted (after the ellipsis dims)
     std::map<char, int> count;
     for (const auto& t : terms)
       for (char c : t) ++count[c];
     for (auto [c, n] : count)
-      if (n == 1) output += c;
+      if (n == 1 && c != '.') output += c;
   }
+  const std::vector<Tensor> operands = expand_ellipses(eq, terms, output, arrow == std::string::npos, given);
   std::vector<Term> ts;
   for (std::size_t i = 0; i < terms.size(); ++i) {
     require_defined("einsum", operands[i]);

@@ -20,6 +20,7 @@
 //   gpt --resume ckpt.safetensors --iters 0 --sample 500 --temperature 0.8 --top-k 20
 //   gpt --graph                          the same training, each step a replay of one CUDA graph
 //   gpt --dtype bf16                     mixed precision: the forward under AutocastGuard(bf16)
+//   gpt --dtype tf32                     f32 with TF32 tensor-core GEMMs (set_allow_tf32)
 //
 // With --graph the first step runs eagerly (it makes AdamW's state) and captures nothing; the
 // second is captured once (cuda::GraphedStep) and every later step replays it. The batch is
@@ -388,8 +389,10 @@ int main(int argc, char** argv) {
   app.add_option("--offsets-out", cfg.offsets_out,
                  "write each training batch's offsets to FILE (i64, batch-size per step) for bench/torch_gpt.py "
                  "--offsets (one host read per step)");
-  app.add_option("--dtype", cfg.dtype, "f32, or bf16: mixed precision (autocast; f32 master weights)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+  app.add_option("--dtype", cfg.dtype,
+                 "f32; tf32: f32 with TF32 GEMMs on CUDA (set_allow_tf32); or bf16: mixed precision (autocast; f32 "
+                 "master weights)")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   app.add_flag("--graph", cfg.graph,
                "capture the training step once as a CUDA graph and replay it for every step after the first "
@@ -433,6 +436,7 @@ int main(int argc, char** argv) {
     Vocab vocab = Vocab::of(vocab_text.empty() ? corpus : decode_utf8(vocab_text));
     const auto vsize = static_cast<std::int64_t>(vocab.chars.size());
 
+    set_allow_tf32(cfg.dtype == "tf32");
     auto model = std::make_shared<GptImpl>(cfg, vsize);
     nn::Module handle(model);
     init_weights(handle, cfg.n_layer);
@@ -538,6 +542,10 @@ int main(int argc, char** argv) {
         }
       }
       if (csv) std::fclose(csv);
+      if (dev.is_cuda())  // the figure torch_gpt.py prints (torch.cuda.max_memory_allocated)
+        std::printf("peak memory %.0f MiB allocated, %.0f MiB reserved\n",
+                    static_cast<double>(cuda::memory_stats(dev).peak_allocated_bytes) / (1 << 20),
+                    static_cast<double>(cuda::memory_stats(dev).peak_reserved_bytes) / (1 << 20));
       if (cfg.expect_progress && !(last_loss < first_loss)) {
         std::fprintf(stderr, "gpt: the train loss did not fall (%.4f -> %.4f)\n", first_loss, last_loss);
         return 1;

@@ -21,15 +21,29 @@ using namespace ::brrr::backend;  // the contract's types and conversion rules
 /// __nv_bfloat16 for the 16-bit floats, std::uint8_t for bool (0/1).
 template <class F> void dispatch(DType dtype, F&& f) { with_element_type<__half, __nv_bfloat16>(dtype, f); }
 
-// Element offset of row-major index i in a strided operand (64-bit throughout).
+// Element offset of row-major index i (0 <= i < s.numel) in a strided operand. The inner dims
+// take a division each, the outermost none (i < sizes[0] there). 64-bit division is a long
+// software sequence on the GPU, so operands of fewer than 2^32 elements divide in 32 bits
+// (a uniform branch: numel is the same for every thread); offsets stay 64-bit.
 __device__ __forceinline__ std::int64_t offset_of(const Operand& s, std::int64_t i) {
   std::int64_t off = 0;
-  for (int d = s.ndim - 1; d >= 0; --d) {
-    std::int64_t size = s.sizes[d];
-    off += (i % size) * s.strides[d];
-    i /= size;
+  if (s.numel <= 0xffffffffll) {
+    auto j = static_cast<std::uint32_t>(i);
+    for (int d = s.ndim - 1; d > 0; --d) {
+      const auto size = static_cast<std::uint32_t>(s.sizes[d]);
+      const std::uint32_t q = j / size;
+      off += static_cast<std::int64_t>(j - q * size) * s.strides[d];
+      j = q;
+    }
+    return s.ndim > 0 ? off + static_cast<std::int64_t>(j) * s.strides[0] : off;
   }
-  return off;
+  for (int d = s.ndim - 1; d > 0; --d) {
+    const std::int64_t size = s.sizes[d];
+    const std::int64_t q = i / size;
+    off += (i - q * size) * s.strides[d];
+    i = q;
+  }
+  return s.ndim > 0 ? off + i * s.strides[0] : off;
 }
 
 inline bool is_contiguous(const Operand& s) {

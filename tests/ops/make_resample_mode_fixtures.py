@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes tests/ops/resample_mode.safetensors: PyTorch's values and gradients for interpolate
-(nearest, linear, bilinear; size, scale_factor, align_corners, recompute_scale_factor), mode
+(nearest, linear, bilinear, area; size, scale_factor, align_corners, recompute_scale_factor), mode
 and the in-place scatter family (tests/ops/test_resample_mode.cpp replays it). Run on a
 developer's machine with torch from PyPI (never a dependency of the build or of ctest);
 deterministic (seeded). Layout as make_math_fixtures.py's: NAME/x0.. inputs (f64), NAME/out,
@@ -97,6 +97,11 @@ mask = torch.rand(4, 5) > 0.5
 case("masked_fill_", lambda a: a.clone().masked_fill_(mask, 3.0), [xs])
 case("masked_scatter_", lambda a, s: a.clone().masked_scatter_(mask, s), [xs, randn(20)])
 case("index_put_acc_", lambda a, v: a.clone().index_put_((torch.tensor([0, 2, 0]),), v, accumulate=True), [xs, randn(3, 5)])
+# --- interpolate, mode="area" (adaptive average pooling) ------------------------------------
+case("area_down", lambda a: I(a, size=(3, 2), mode="area"), [randn(2, 3, 7, 5)])
+case("area_up", lambda a: I(a, size=(6, 8), mode="area"), [randn(1, 2, 4, 5)])
+case("area_scale", lambda a: I(a, scale_factor=(0.5, 0.7), mode="area"), [randn(2, 2, 8, 9)])
+case("area_3d", lambda a: I(a, size=4, mode="area"), [randn(2, 3, 10)])
 T["masks/m"] = mask.contiguous()
 T["masks/idx"] = idx.contiguous()
 

@@ -35,7 +35,12 @@ for name, eq, shapes in [("einsum_mm", "ij,jk->ik", [(3, 4), (4, 2)]), ("einsum_
                          ("einsum_implicit", "ij,jk", [(3, 4), (4, 2)]), ("einsum_transpose", "ij->ji", [(3, 4)]),
                          ("einsum_three", "ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
                          ("einsum_attn", "bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
-                         ("einsum_bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)])]:
+                         ("einsum_bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)]),
+                         ("einsum_ell_bmm", "...ij,...jk", [(2, 1, 3, 4), (5, 4, 6)]),
+                         ("einsum_ell_sum", "...ij->ij", [(2, 3, 4)]), ("einsum_ell_move", "i...->...i", [(2, 3, 4)]),
+                         ("einsum_ell_diag", "...ii->...i", [(2, 3, 3)]),
+                         ("einsum_ell_dot", "b...,b...->b", [(2, 3, 4), (2, 3, 4)]),
+                         ("einsum_ell_mid", "i...j,j->...i", [(2, 3, 4, 5), (5,)])]:
     case(name, lambda *xs, eq=eq: torch.einsum(eq, *xs), [randn(*s) for s in shapes])
 case("prod_d1", lambda a: torch.prod(a, 1), [randn(3, 4)])
 case("prod_zero", lambda a: torch.prod(a, 1), [torch.tensor([[1.5, 0.0, 2.0], [0.0, 0.0, 3.0], [2.0, -1.0, 0.5]], dtype=D)])

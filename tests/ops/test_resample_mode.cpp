@@ -42,7 +42,7 @@ Tensor bilinear(const Tensor& x, std::vector<std::int64_t> size, bool ac) {
 
 }  // namespace
 
-TEST_CASE("interpolate against PyTorch: nearest, linear, bilinear; size, scale_factor, align_corners") {
+TEST_CASE("interpolate against PyTorch: nearest, linear, bilinear, area; size, scale_factor, align_corners") {
   for (DType dt : {DType::f64, DType::f32}) {
     const double tol = dt == DType::f64 ? 1e-12 : 2e-6;
     replay("nearest_size_up", [](const In& x) { return interpolate(x[0], {.size = {7, 9}}); }, dt, tol);
@@ -79,7 +79,15 @@ TEST_CASE("interpolate against PyTorch: nearest, linear, bilinear; size, scale_f
     replay("linear_noncontig", [](const In& x) {
       return interpolate(x[0].slice(2, 0, 6, 2), {.size = {7}, .mode = "linear", .align_corners = true});
     }, dt, tol);
+    replay("area_down", [](const In& x) { return interpolate(x[0], {.size = {3, 2}, .mode = "area"}); }, dt, tol);
+    replay("area_up", [](const In& x) { return interpolate(x[0], {.size = {6, 8}, .mode = "area"}); }, dt, tol);
+    replay("area_scale", [](const In& x) {
+      return interpolate(x[0], {.scale_factor = {0.5, 0.7}, .mode = "area"});
+    }, dt, tol);
+    replay("area_3d", [](const In& x) { return interpolate(x[0], {.size = {4}, .mode = "area"}); }, dt, tol);
   }
+  CHECK_BRRR_ERROR(interpolate(randn({1, 1, 4, 4}), {.size = {2, 2}, .mode = "area", .align_corners = false}),
+                   ErrorKind::value, "align_corners");
 }
 
 TEST_CASE("interpolate: 16-bit dtypes, gradcheck, second order, zero batch, nn::Upsample") {

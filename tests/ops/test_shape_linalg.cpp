@@ -2,7 +2,7 @@
 // tests/ops/make_shape_linalg_fixtures.py): repeat, tile, repeat_interleave, roll, diagonal,
 // diag, trace, movedim, unflatten, take_along_dim, mm/bmm/addmm/baddbmm, addcmul/addcdiv,
 // outer, linear, tensordot, einsum (matmul, batched, trace, diagonal, sums, implicit output,
-// three operands, attention scores, bilinear), prod (with zeros), matrix_norm, cdist —
+// three operands, attention scores, bilinear, ellipses with broadcasting), prod (with zeros), matrix_norm, cdist —
 // values and input gradients; then views, splits, meshgrid and errors.
 #include <doctest/doctest.h>
 
@@ -70,7 +70,9 @@ TEST_CASE("linear algebra against PyTorch, values and gradients") {
       {"einsum_mm", "ij,jk->ik"},           {"einsum_bmm", "bij,bjk->bik"},   {"einsum_trace", "ii->"},
       {"einsum_diag", "ii->i"},             {"einsum_sum", "ijk->j"},         {"einsum_outer", "i,j->ij"},
       {"einsum_implicit", "ij,jk"},         {"einsum_transpose", "ij->ji"},   {"einsum_three", "ij,jk,kl->il"},
-      {"einsum_attn", "bhqd,bhkd->bhqk"},   {"einsum_bilinear", "bn,anm,bm->ba"}};
+      {"einsum_attn", "bhqd,bhkd->bhqk"},   {"einsum_bilinear", "bn,anm,bm->ba"},
+      {"einsum_ell_bmm", "...ij,...jk"},    {"einsum_ell_sum", "...ij->ij"},  {"einsum_ell_move", "i...->...i"},
+      {"einsum_ell_diag", "...ii->...i"},   {"einsum_ell_dot", "b...,b...->b"}, {"einsum_ell_mid", "i...j,j->...i"}};
   for (const auto& [name, eq] : eqs) replay(name, [eq](const In& x) { return einsum(eq, x); }, DType::f64, 1e-11, 1e-12);
   replay("prod_d1", [](const In& x) { return prod(x[0], 1); });
   replay("prod_zero", [](const In& x) { return prod(x[0], 1); });
@@ -104,7 +106,11 @@ TEST_CASE("splits, meshgrid, unbind and errors") {
   CHECK_BRRR_ERROR(mm(zeros({2}), zeros({2, 2})), ErrorKind::shape, "mm");
   CHECK_BRRR_ERROR(einsum("ij,jk->ik", {zeros({2, 3})}), ErrorKind::value, "einsum");
   CHECK_BRRR_ERROR(einsum("ij,jk->ik", {zeros({2, 3}), zeros({4, 2})}), ErrorKind::shape, "einsum");
-  CHECK_BRRR_ERROR(einsum("...ij->ij", {zeros({2, 3})}), ErrorKind::value, "ellipsis");
+  CHECK_BRRR_ERROR(einsum("...i...->i", {zeros({2, 3})}), ErrorKind::value, "more than one ellipsis");
+  CHECK_BRRR_ERROR(einsum("...ij,...jk", {zeros({2, 3, 4}), zeros({5, 4, 6})}), ErrorKind::shape, "broadcast");
+  CHECK_BRRR_ERROR(einsum("...ijk", {zeros({2, 3})}), ErrorKind::shape, "fewer than the letters");
+  CHECK(einsum("...ij->...ji", {zeros({2, 3})}).shape() == Shape{3, 2});  // an empty ellipsis
+  CHECK(einsum("ij->...ij", {zeros({2, 3})}).shape() == Shape{2, 3});     // "..." in the output only
   CHECK_BRRR_ERROR(einsum("ij->k", {zeros({2, 3})}), ErrorKind::value, "einsum");
   CHECK_BRRR_ERROR(repeat(zeros({2, 3}), {2}), ErrorKind::shape, "repeat");
   CHECK_BRRR_ERROR(unflatten(zeros({2, 6}), 1, {4, -1}), ErrorKind::shape, "unflatten");
