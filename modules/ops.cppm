@@ -1025,7 +1025,8 @@ struct InterpolateOptions {
   /// Multiplier of each spatial size (one value or one per dim): out = floor(in * s).
   std::vector<double> scale_factor = {};
   /// "nearest" (PyTorch's floor rule: src = min(floor(dst * scale), in - 1), not
-  /// nearest-exact), "linear" (3-D input) or "bilinear" (4-D input).
+  /// nearest-exact), "linear" (3-D input), "bilinear" (4-D input) or "area" (adaptive
+  /// average pooling to the output size, as PyTorch).
   std::string mode = "nearest";
   /// Linear modes only (set with nearest: Error(value)); unset means false, as PyTorch. True:
   /// src = dst * (in - 1) / (out - 1); false: src = max(scale (dst + 0.5) - 0.5, 0).
@@ -1040,7 +1041,7 @@ struct InterpolateOptions {
 /// (ops/interpolate_math.hpp), computed in f32 (f64 for f64 inputs). Backward sums the
 /// gradient into the taps (CUDA: atomic adds, so its rounding order varies; bf16/f16
 /// gradients are summed in f32). Errors: Error(value) for another mode, align_corners with
-/// nearest, both or neither of size and scale_factor, a non-positive scale or output size,
+/// nearest or area, both or neither of size and scale_factor, a non-positive scale or output size,
 /// recompute_scale_factor with size; Error(shape) for other ranks, linear on 4-D or bilinear
 /// on 3-D, or a size/scale list of the wrong length; Error(dtype) for non-floating inputs.
 [[nodiscard]] Tensor interpolate(const Tensor& input, const InterpolateOptions& options);

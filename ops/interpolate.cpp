@@ -1,6 +1,6 @@
 // interpolate (PyTorch's F.interpolate) for 3-D [N, C, W] and 4-D [N, C, H, W] inputs: modes
 // nearest (PyTorch's floor rule, not nearest-exact), linear and bilinear, with size or
-// scale_factor and align_corners. One kernel per direction on each backend
+// scale_factor and align_corners; area is adaptive average pooling (ops/pool.cpp). One kernel per direction on each backend
 // (Backend::upsample / upsample_backward; index math in ops/interpolate_math.hpp): the
 // forward and its adjoint record each other as backward, so gradients of any order exist.
 module;
