@@ -296,13 +296,13 @@ TEST_CASE("flash attention dropout: gradcheck with the mask held fixed, second d
   };
   Tensor q0 = randn64({1, 2, 5, 3}), k0 = randn64({1, 2, 6, 3}), v0 = randn64({1, 2, 6, 3});
   CHECK(autograd::gradcheck(fixed(true), {q0, k0, v0}));
-  Tensor r = randn64({1, 2, 5, 3}), r2 = randn64({1, 2, 5, 3});
+  Tensor r = randn64({1, 2, 5, 3}), r2 = randn64({1, 2, 5, 3}), r3 = randn64({1, 2, 6, 3});
   std::vector<Tensor> got;
   for (bool fused : {true, false}) {
     Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
     Tensor y = fixed(fused)({q, k, v});
     std::vector<Tensor> g = autograd::grad({sum(mul(y, r))}, {q, k, v}, {}, true, true);
-    sum(mul(add(add(g[0], g[1]), g[2]), r2)).backward();
+    add(sum(mul(g[0], r2)), sum(mul(add(g[1], g[2]), r3))).backward();
     got.push_back(q.grad());
     got.push_back(k.grad());
     got.push_back(v.grad());
