@@ -190,12 +190,7 @@ struct PoissonWords {
     const std::uint64_t w = base + j, b = w / 4;
     const std::uint64_t k = j < static_cast<std::uint64_t>(words_poisson) ? seed : seed ^ poisson_spill_key;
     if (b != block || k != key) {
-      const std::uint64_t hi = b / 65536;
-      c[0] = static_cast<std::uint32_t>(hi);
-      c[1] = static_cast<std::uint32_t>(hi >> 32);
-      c[2] = static_cast<std::uint32_t>(b % 65536);
-      c[3] = 0;
-      philox4x32_10(c, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32));
+      philox_block(k, b, c);
       block = b;
       key = k;
     }
