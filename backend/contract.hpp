@@ -87,6 +87,23 @@ struct Operand {
   const char* op = "";
 };
 
+/// Dropout of the fused attention's probabilities (attention_forward / attention_backward;
+/// Srivastava et al. 2014, inverted as in PyTorch): element (b, h, i, j) of the [B, H, L, S]
+/// probabilities is kept, and scaled by 1 / (1 - p), iff the uniform that rand() would draw
+/// for element e = ((b H + h) L + i) S + j of a [B, H, L, S] tensor at (seed, offset) is >= p:
+/// f32 (every dtype but f64) uniform_bits(word(offset + e), 24) >= float(p); f64 two words,
+/// uniform53(word(offset + 2e), word(offset + 2e + 1)) >= p. That is exactly the mask of
+/// dropout(weights, p) in the composite attention from the same generator state. p == 0: no
+/// dropout. Under a CUDA graph capture seed_offset points to device memory {seed, offset}
+/// that the graph's replay hook writes, and the words are read at (seed_offset[0],
+/// seed_offset[1] + offset); otherwise it is null and (seed, offset) are used as given.
+struct AttentionDropout {
+  double p = 0;
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  const std::uint64_t* seed_offset = nullptr;
+};
+
 /// Geometry of a 2-D convolution/pooling window sweep over an [N, C, H, W] input.
 struct Window2d {
   std::int64_t n = 0, c = 0, h = 0, w = 0;  ///< input
@@ -584,14 +601,16 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   X(searchsorted, (const Operand& out, const Operand& sorted, const Operand& values, bool right))                   \
   /* Fused attention (FlashAttention-2) of 4-D [B, H, L|S, D] q, k, v (one floating dtype, last stride 1, D <=     \
      128): out [B, H, L, D] (q's dtype, last stride 1) = softmax(scale q k^T, causal: keys j <= i only) v, and lse \
-     [B, H, L] (contiguous, f32; f64 for f64) = each row's log-sum-exp of its scaled scores. S >= 1. */            \
+     [B, H, L] (contiguous, f32; f64 for f64) = each row's log-sum-exp of its scaled scores. S >= 1. With          \
+     dropout.p > 0, out = (P o Z) v with Z the AttentionDropout mask scaled by 1 / (1 - p); lse stays that of P. */ \
   X(attention_forward, (const Operand& out, const Operand& lse, const Operand& q, const Operand& k,                 \
-                        const Operand& v, double scale, bool causal))                                               \
+                        const Operand& v, double scale, bool causal, const AttentionDropout& dropout))               \
   /* Its gradients dq, dk, dv (shapes and dtypes of q, k, v; last stride 1) from dout (out's shape), q, k, v, out   \
-     and lse as attention_forward wrote them; the probabilities are recomputed from lse. */                         \
+     and lse as attention_forward wrote them; the probabilities are recomputed from lse and the dropout mask from   \
+     the same `dropout` (dV = (P o Z)^T dO, dP = (dO V^T) o Z, dS = P o (dP - rowsum(dO o O))). */                  \
   X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
                          const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
-                         const Operand& lse, double scale, bool causal))                                            \
+                         const Operand& lse, double scale, bool causal, const AttentionDropout& dropout))           \
   /* Nearest / (bi)linear resampling of in [N, C, H, W] into out [N, C, OH, OW] (both contiguous), one             \
      floating dtype, accumulated in compute_t; the index and weight math of ops/interpolate_math.hpp. */            \
   X(upsample, (const Operand& out, const Operand& in, const Upsample2d& g))                                         \

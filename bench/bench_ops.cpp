@@ -7,6 +7,7 @@
 //   cumsum_{65536x4096,64M}_f32_GBps  topk_65536x4096_k16_f32_ms  topk_64M_k1024_f32_ms  (issue 17)
 //   sdpa_64x6x256x64_bf16_causal_{fwd,fwd_bwd}_ms   scaled_dot_product_attention at the GPT's
 //                                    shape (issue 19), q, k, v [64, 6, 256, 64] requiring grad
+//   sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms   the same with dropout_p 0.2 (training)
 //   gemm_8192_{fp32,tf32,bf16}_TFLOPs                                   8192^3 matmul
 //   mlp_step_784_1024_1024_10_b256_sgd_ms   one SGD-momentum training step (TF32 off)
 //   mlp_step_peak_MiB                peak allocated during that step minus allocated before it
@@ -85,6 +86,11 @@ void attention(Device dev, Results& r) {
   });
   r["sdpa_64x6x256x64_bf16_causal_fwd_bwd_ms"] = bench::time_ms(dev, 3, 20, [&] {
     Tensor y = scaled_dot_product_attention(q, k, v, causal);
+    y.backward(g);
+  });
+  const SdpaOptions dropout{.dropout_p = 0.2, .is_causal = true};  // the GPT's training step
+  r["sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms"] = bench::time_ms(dev, 3, 20, [&] {
+    Tensor y = scaled_dot_product_attention(q, k, v, dropout);
     y.backward(g);
   });
 }

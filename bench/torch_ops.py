@@ -84,6 +84,11 @@ def attention(dev, r):
     r["sdpa_64x6x256x64_bf16_causal_fwd_ms"] = time_ms(fwd, 3, 20)
     r["sdpa_64x6x256x64_bf16_causal_fwd_bwd_ms"] = time_ms(fwd_bwd, 3, 20)
 
+    def dropout_fwd_bwd():  # the GPT's training step: attention dropout 0.2
+        F.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True).backward(g)
+
+    r["sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms"] = time_ms(dropout_fwd_bwd, 3, 20)
+
 
 def scans_sorts(dev, r):
     rows, cols = 65536, 4096

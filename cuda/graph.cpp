@@ -267,11 +267,10 @@ void* capture_blas_workspace(int device, const StreamState& stream, std::size_t 
   return p;
 }
 
-void capture_random(const Operand& out, Distribution dist, std::int64_t low, std::int64_t high) {
-  GraphImpl& g = capture_of(out.device, "random draw");
-  const StreamState& stream = current_stream_state(out.device);
+CaptureRandomState capture_random_words(int device, std::uint64_t words) {
+  GraphImpl& g = capture_of(device, "random draw");
   if (!g.rng_state) {
-    g.rng_state = capture_hook_buffer(out.device, 2 * sizeof(std::uint64_t));
+    g.rng_state = capture_hook_buffer(device, 2 * sizeof(std::uint64_t));
     auto* state = static_cast<std::uint64_t*>(g.rng_state);
     GraphImpl* graph = &g;  // the hook lives in the graph: it never outlives it
     g.hooks.push_back([graph, state](const StreamState& s) {
@@ -281,13 +280,23 @@ void capture_random(const Operand& out, Distribution dist, std::int64_t low, std
       gen.offset += graph->rng_words;
     });
   }
-  GeneratorState& gen = generator(Device::cuda(out.device));
+  GeneratorState& gen = generator(Device::cuda(device));
   const std::uint64_t extra = gen.offset;  // words drawn earlier in this capture
-  DeviceGuard guard(out.device);
-  BRRR_CUDA_CHECK(kernels::random_capturable(out, static_cast<const std::uint64_t*>(g.rng_state), extra, dist,
-                                             low, high, stream.handle));
-  gen.offset += random_words(dist, out.dtype, out.numel);
+  gen.offset += words;
   g.rng_words = gen.offset;
+  return {static_cast<const std::uint64_t*>(g.rng_state), extra};
+}
+
+void random_at_capture_state(const Operand& out, Distribution dist, const CaptureRandomState& at, std::int64_t low,
+                             std::int64_t high) {
+  const StreamState& stream = current_stream_state(out.device);
+  DeviceGuard guard(out.device);
+  BRRR_CUDA_CHECK(kernels::random_capturable(out, at.seed_offset, at.extra, dist, low, high, stream.handle));
+}
+
+void capture_random(const Operand& out, Distribution dist, std::int64_t low, std::int64_t high) {
+  const CaptureRandomState at = capture_random_words(out.device, random_words(dist, out.dtype, out.numel));
+  random_at_capture_state(out, dist, at, low, high);
 }
 
 }  // namespace brrr::backend

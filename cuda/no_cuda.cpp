@@ -94,6 +94,10 @@ void capture_add_replay_hook(int, std::function<void(const StreamState&)>) { no_
 void* capture_hook_buffer(int, std::size_t) { no_cuda("capture_hook_buffer"); }
 void* capture_blas_workspace(int, const StreamState&, std::size_t) { no_cuda("capture_blas_workspace"); }
 void capture_random(const Operand&, Distribution, std::int64_t, std::int64_t) { no_cuda("capture_random"); }
+CaptureRandomState capture_random_words(int, std::uint64_t) { no_cuda("capture_random_words"); }
+void random_at_capture_state(const Operand&, Distribution, const CaptureRandomState&, std::int64_t, std::int64_t) {
+  no_cuda("random_at_capture_state");
+}
 std::size_t optimizer_coeffs_bytes() { return 0; }
 void optimizer_write_coeffs(const OptimizerStep&, void*, const StreamState&) { no_cuda("optimizer_write_coeffs"); }
 void blas_prepare(int) { no_cuda("blas_prepare"); }

@@ -22,6 +22,7 @@ import brrr.tensor;
 
 export namespace brrr::backend {
 
+using backend::AttentionDropout;
 using backend::BinaryKind;
 using backend::BinaryOp;
 using backend::CheckedOp;
@@ -335,6 +336,22 @@ void* capture_blas_workspace(int device, const StreamState& stream, std::size_t 
 /// graph draws), and k counts the words drawn earlier in this capture. So every replay draws
 /// fresh numbers, the same ones eager code would draw from the same generator state.
 void capture_random(const Operand& out, Distribution dist, std::int64_t low, std::int64_t high);
+/// Where a capturable kernel that draws its own Philox words finds them under capture.
+struct CaptureRandomState {
+  const std::uint64_t* seed_offset = nullptr;  ///< device {seed, offset}, written before each replay
+  std::uint64_t extra = 0;                     ///< words drawn earlier in this capture
+};
+/// Under capture on cuda:`device`: reserves the next `words` Philox words of the graph's draws
+/// (the same state and replay hook capture_random uses; the generator advances by `words`) for
+/// a kernel that reads word k at (seed_offset[0], seed_offset[1] + extra + k), such as the
+/// fused attention's dropout. Error(stream) when no capture is underway.
+CaptureRandomState capture_random_words(int device, std::uint64_t words);
+/// Fills `out` (contiguous, on a CUDA device) like capture_random, with the words reserved as
+/// `at` (k counting from at.extra): the same numbers again, for a rule that rebuilds what a
+/// capturable kernel drew (the fused attention's dropout mask under create_graph). The state
+/// is read when the kernel runs: inside the capture that made it, or after one of its replays.
+void random_at_capture_state(const Operand& out, Distribution dist, const CaptureRandomState& at, std::int64_t low,
+                             std::int64_t high);
 
 /// Capturable optimizer steps (ops/cuda/optimizer_launch.cpp): bytes of the device copy of an
 /// OptimizerStep's derived hyperparameters, and an enqueued write of them (from `step`'s lr,

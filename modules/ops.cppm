@@ -866,9 +866,10 @@ struct SdpaOptions {
 /// [..., L, E], key [..., S, E], value [..., S, Ev] (batch dims broadcast) -> [..., L, Ev],
 /// PyTorch's semantics including its rows that mask out every key (output and gradients 0,
 /// PyTorch's "safe softmax"). Floating dtypes, one for q, k, v. On CUDA, 4-D f32/bf16/f16
-/// inputs of one [B, H] with E == Ev <= 128, no attn_mask and dropout_p == 0 run the fused
-/// kernel (scaled_dot_product_flash_attention); everything else, and every CPU call, is the
-/// composite of matmul, softmax and dropout (the reference). Errors: Error(shape) for ranks
+/// inputs of one [B, H] with E == Ev <= 128, no attn_mask and dropout_p < 1 run the fused
+/// kernel (scaled_dot_product_flash_attention, its dropout the same mask as the composite's
+/// from the same generator state); everything else, and every CPU call, is the composite of
+/// matmul, softmax and dropout (the reference). Errors: Error(shape) for ranks
 /// < 2, mismatched E/S dims or a mask that does not broadcast, Error(dtype) for mixed or
 /// non-floating q/k/v and integer masks, Error(value) for dropout_p outside [0, 1] or a mask
 /// with is_causal.
@@ -881,8 +882,13 @@ struct SdpaOptions {
 /// transpose(1, 2).reshape({B, L, H * D}) copies nothing). Tiles of K and V in shared memory,
 /// an online softmax, no L x S matrix in memory; the log-sum-exp of each row is kept for
 /// backward, which recomputes the probabilities. CUDA: f32 arithmetic for every dtype; CPU:
-/// the same kernel contract computed in double (a reference for the CUDA kernel). Options
-/// other than is_causal and scale must be their defaults (Error(value)).
+/// the same kernel contract computed in double (a reference for the CUDA kernel). dropout_p in
+/// [0, 1) (Error(value) otherwise) drops the probabilities inside the kernel with the mask the
+/// composite's dropout(weights, p) would draw at the generator's state: keep (b, h, i, j) iff
+/// the uniform rand() gives element ((b H + h) L + i) S + j of [B, H, L, S] is >= p (f32
+/// uniforms; f64 for f64), O = (P o keep / (1 - p)) V; the generator advances as that rand
+/// would, and backward regenerates the mask (docs/ops.md, Attention). An attn_mask is
+/// Error(value).
 [[nodiscard]] Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                         SdpaOptions options = {});
 /// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed

@@ -6,6 +6,14 @@
 // saves q, k, v, the output and each row's log-sum-exp; under create_graph its backward is
 // the same gradient written with Tensor ops (recomputing the probabilities), so that second
 // derivatives exist.
+//
+// Dropout in the fused op (dropout_p in (0, 1)): the kernels drop the probabilities with the
+// Philox words that the composite's dropout(weights, p) would draw from the same generator
+// state (rand of [B, H, L, S], keep where u >= p; backend::AttentionDropout), and the generator
+// advances by the same count, so CPU composite and CUDA fused give the same mask from one seed.
+// The node keeps (seed, offset, p) and the backward regenerates the mask; under a CUDA graph
+// capture the words come from the graph's replayed state (capture_random_words). Under
+// create_graph the rule rebuilds the same mask as a tensor from those words.
 module;
 #include <cmath>
 #include <cstdint>
@@ -74,7 +82,46 @@ Tensor last_dim_contiguous(const Tensor& t) { return t.stride(-1) == 1 || t.size
 struct FlashParams {
   double scale;
   bool causal;
+  backend::AttentionDropout dropout;  // p == 0: none
 };
+
+DType uniform_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// The dropout of a fused forward with `numel` = B*H*L*S probabilities: the words rand() would
+// draw next from the device's generator (advanced past them), or under a CUDA graph capture
+// the next words of the graph's draws.
+backend::AttentionDropout draw_dropout(double p, const Tensor& q, std::int64_t numel) {
+  backend::AttentionDropout d;
+  d.p = p;
+  const Device dev = q.device();
+  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, uniform_dtype(q.dtype()), numel);
+  if (dev.is_cuda() && backend::capture_underway(dev.index())) {
+    const backend::CaptureRandomState at = backend::capture_random_words(dev.index(), words);
+    d.seed_offset = at.seed_offset;
+    d.offset = at.extra;
+  } else {
+    backend::GeneratorState& gen = backend::generator(dev);
+    d.seed = gen.seed;
+    d.offset = gen.offset;
+    gen.offset += words;
+  }
+  return d;
+}
+
+// The composite dropout's noise (mask / (1 - p) in q's dtype, [B, H, L, S]) from the words a
+// fused forward used: what dropout_noise draws, at the saved generator state.
+Tensor dropout_noise_of(const backend::AttentionDropout& d, const Tensor& q, const Tensor& k) {
+  NoGradGuard no_grad;
+  const Device dev = q.device();
+  Tensor u = empty({q.size(0), q.size(1), q.size(2), k.size(2)}, {.dtype = uniform_dtype(q.dtype()), .device = dev});
+  if (d.seed_offset)
+    backend::random_at_capture_state(backend::output(u, flash), backend::Distribution::uniform,
+                                     {d.seed_offset, d.offset}, 0, 0);
+  else
+    backend::backend_for(dev).random(backend::output(u, flash), backend::Distribution::uniform, d.seed, d.offset, 0, 0);
+  return where(ge(u, d.p), full({}, 1.0 / (1.0 - d.p), {.dtype = q.dtype(), .device = dev}),
+               zeros({}, {.dtype = q.dtype(), .device = dev}));
+}
 
 autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
   // The inputs as given (so that create_graph reaches them), made last-dim contiguous below.
@@ -84,8 +131,10 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
   if (autograd::is_grad_enabled()) {
     // create_graph: the same gradients as recorded ops of q, k, v.
     Tensor pr = probabilities(q, k, p.scale, p.causal);
-    Tensor dv = matmul(pr.transpose(-2, -1), g);
+    Tensor noise = p.dropout.p > 0 ? dropout_noise_of(p.dropout, q, k) : Tensor();
+    Tensor dv = matmul((noise.defined() ? mul(pr, noise) : pr).transpose(-2, -1), g);
     Tensor dp = matmul(g, v.transpose(-2, -1));
+    if (noise.defined()) dp = mul(dp, noise);
     Tensor ds = mul(pr, sub(dp, sum(mul(dp, pr), {-1}, true)));
     return {mul(matmul(ds, k), p.scale), mul(matmul(ds.transpose(-2, -1), q), p.scale), dv};
   }
@@ -99,7 +148,7 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
                           backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
                           backend::input(vc, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
-                          p.causal);
+                          p.causal, p.dropout);
   return {c.needs(0) ? dq : Tensor(), c.needs(1) ? dk : Tensor(), c.needs(2) ? dv : Tensor()};
 }
 
@@ -109,9 +158,10 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
                                           SdpaOptions options) {
   NvtxRange range(flash);
   check_qkv(flash, query, key, value);
-  if (options.attn_mask.defined() || options.dropout_p != 0)
-    throw Error(ErrorKind::value, std::string(flash) + ": takes no attn_mask and no dropout (use "
-                                                       "scaled_dot_product_attention)");
+  if (options.attn_mask.defined())
+    throw Error(ErrorKind::value, std::string(flash) + ": takes no attn_mask (use scaled_dot_product_attention)");
+  if (!(options.dropout_p >= 0 && options.dropout_p < 1))
+    throw Error::bad_value(flash, "dropout_p", options.dropout_p, "in [0, 1)");
   if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4 || key.size(0) != query.size(0) ||
       value.size(0) != query.size(0) || key.size(1) != query.size(1) || value.size(1) != query.size(1) ||
       value.size(3) != query.size(3))
@@ -123,7 +173,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
     throw Error(ErrorKind::shape, std::string(flash) + ": needs 1 <= D <= 128 and S >= 1, got query " +
                                       to_string(query.shape()) + " and key " + to_string(key.shape()));
   const Device dev = query.device();
-  const FlashParams params{scale_of(query, options), options.is_causal};
+  FlashParams params{scale_of(query, options), options.is_causal, {}};
   Tensor q, k, v, out, lse;
   {
     NoGradGuard no_grad;
@@ -133,10 +183,13 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
     out = empty_bthd(query.shape(), query.dtype(), dev);
     lse = empty({query.size(0), query.size(1), query.size(2)},
                 {.dtype = query.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = dev});
+    if (out.numel() > 0 && options.dropout_p > 0)
+      params.dropout = draw_dropout(options.dropout_p, query, out.numel() / query.size(3) * key.size(2));
     if (out.numel() > 0)
       backend::backend_for(dev).attention_forward(backend::output(out, flash), backend::output(lse, flash),
                                                   backend::input(q, flash), backend::input(k, flash),
-                                                  backend::input(v, flash), params.scale, params.causal);
+                                                  backend::input(v, flash), params.scale, params.causal,
+                                                  params.dropout);
   }
   if (autograd::any_requires_grad({query, key, value}) && out.numel() > 0)
     autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out}, {query, key, value, out, lse},
@@ -162,7 +215,7 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     (void)broadcast_shapes(mask.shape(), {l, s}, sdpa);
   }
   const bool fused = query.device().is_cuda() && query.dtype() != DType::f64 && !mask.defined() &&
-                     options.dropout_p == 0 && query.dim() == 4 && key.dim() == 4 && value.dim() == 4 &&
+                     options.dropout_p < 1 && query.dim() == 4 && key.dim() == 4 && value.dim() == 4 &&
                      key.size(0) == query.size(0) && value.size(0) == query.size(0) &&
                      key.size(1) == query.size(1) && value.size(1) == query.size(1) &&
                      value.size(3) == query.size(3) && query.size(3) >= 1 && query.size(3) <= 128 && s >= 1;

@@ -74,13 +74,21 @@ inline void philox_words(std::uint64_t seed, std::uint64_t offset, std::uint32_t
   }
 }
 
-/// Word `w` alone of the stream philox_words describes (for kernels that draw each element's
-/// words where they use them: the capturable draw of a CUDA graph).
-BRRR_HD std::uint32_t philox_word(std::uint64_t seed, std::uint64_t w) {
-  const std::uint64_t b = w / 4, hi = b / 65536;
-  std::uint32_t c[4] = {static_cast<std::uint32_t>(hi), static_cast<std::uint32_t>(hi >> 32),
-                        static_cast<std::uint32_t>(b % 65536), 0};
+/// Words 4b .. 4b + 3 of the stream philox_words describes (its block b), into c.
+BRRR_HD void philox_block(std::uint64_t seed, std::uint64_t b, std::uint32_t (&c)[4]) {
+  const std::uint64_t hi = b / 65536;
+  c[0] = static_cast<std::uint32_t>(hi);
+  c[1] = static_cast<std::uint32_t>(hi >> 32);
+  c[2] = static_cast<std::uint32_t>(b % 65536);
+  c[3] = 0;
   philox4x32_10(c, static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+}
+
+/// Word `w` alone of the stream philox_words describes (for kernels that draw each element's
+/// words where they use them: the capturable draw of a CUDA graph, attention dropout).
+BRRR_HD std::uint32_t philox_word(std::uint64_t seed, std::uint64_t w) {
+  std::uint32_t c[4];
+  philox_block(seed, w / 4, c);
   return c[w % 4];
 }
 
@@ -182,12 +190,7 @@ struct PoissonWords {
     const std::uint64_t w = base + j, b = w / 4;
     const std::uint64_t k = j < static_cast<std::uint64_t>(words_poisson) ? seed : seed ^ poisson_spill_key;
     if (b != block || k != key) {
-      const std::uint64_t hi = b / 65536;
-      c[0] = static_cast<std::uint32_t>(hi);
-      c[1] = static_cast<std::uint32_t>(hi >> 32);
-      c[2] = static_cast<std::uint32_t>(b % 65536);
-      c[3] = 0;
-      philox4x32_10(c, static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32));
+      philox_block(k, b, c);
       block = b;
       key = k;
     }

@@ -18,16 +18,28 @@
 //             dQ += dS K.
 //   dkdv      grid (B*H) x key tiles; per query tile: dV += P^T dO, dK += dS^T Q.
 // Deterministic (no atomics): dQ and dK/dV recompute S in separate kernels.
+//
+// Dropout (AttentionDropout, backend/contract.hpp; kernels instantiated with DROP only when
+// p > 0): the keep bit of element (b, h, i, j) comes from the Philox word(s) that rand() would
+// draw for element ((b H + h) L + i) S + j of a [B, H, L, S] tensor, so the mask is that of the
+// composite's dropout(rand(...) >= p) and is recomputed, never stored. With Z = keep / (1 - p):
+// forward O = (P o Z) V / l with l and the log-sum-exp those of P; backward dV = (P o Z)^T dO,
+// dP = (dO V^T) o Z, dS = P o (dP - delta), and delta_i = dO_i . O_i still holds. The lanes of
+// a row (forward, dq) share the Philox blocks of their key tile; the dk/dv kernel builds a
+// query tile's bits in shared memory, G lanes per query row.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/row_reduce.cuh"
+#include "ops/random_transform.hpp"
 
 namespace brrr::kernels {
 
 namespace {
+
+namespace rt = ::brrr::random_transform;
 
 constexpr int kThreads = 128;  // threads per block
 constexpr int kDpt = 16;       // dims per thread
@@ -50,6 +62,60 @@ struct Geometry {
   int heads, q_len, k_len, dim;
   int tiles;  // row tiles per (batch, head): blockIdx.x = bh * tiles + tile
 };
+
+// A launch's dropout: the generator state (from device memory under a graph capture), the
+// threshold (f32 uniforms compare with p as f32, as ge(rand, p) does) and 1 / (1 - p).
+struct DropoutArgs {
+  const std::uint64_t* seed_offset;
+  std::uint64_t seed, offset;
+  float p32;
+  double p64, scale;
+};
+
+DropoutArgs dropout_args(const AttentionDropout& d) {
+  return {d.seed_offset, d.seed, d.offset, static_cast<float>(d.p), d.p, d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0};
+}
+
+// Seed and first word of this launch's draw.
+__device__ __forceinline__ void dropout_state(const DropoutArgs& d, std::uint64_t& seed, std::uint64_t& offset) {
+  if (d.seed_offset) {
+    seed = d.seed_offset[0];
+    offset = d.seed_offset[1] + d.offset;
+  } else {
+    seed = d.seed;
+    offset = d.offset;
+  }
+}
+
+// Bit e (e < n <= 64) set iff element `first + e` of the [B, H, L, S] probabilities is kept.
+// Computed by G adjacent lanes together (`lane` is this thread's index among them; every lane
+// of the warp must call it) and returned to each of them. f32 uniforms: one word per element,
+// each lane computing every G-th Philox block of the range; f64: two words per element.
+template <class A, int G>
+__device__ __forceinline__ std::uint64_t keep_bits(const DropoutArgs& d, std::uint64_t seed, std::uint64_t offset,
+                                                   std::uint64_t first, int n, int lane) {
+  std::uint64_t bits = 0;
+  if constexpr (sizeof(A) == 8) {
+    for (int e = lane; e < n; e += G) {
+      const std::uint64_t w = offset + 2 * (first + e);
+      if (rt::uniform53(rt::philox_word(seed, w), rt::philox_word(seed, w + 1)) >= d.p64) bits |= 1ull << e;
+    }
+  } else {
+    const std::uint64_t w0 = offset + first, b0 = w0 / 4, b1 = (w0 + n - 1) / 4;
+    for (std::uint64_t b = b0 + lane; b <= b1; b += G) {
+      std::uint32_t c[4];
+      rt::philox_block(seed, b, c);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const auto e = static_cast<std::int64_t>(4 * b + r - w0);  // may wrap below 0
+        if (e >= 0 && e < n && rt::uniform_bits(c[r], 24) >= d.p32) bits |= 1ull << e;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) bits |= __shfl_xor_sync(full_mask, bits, o);
+  return bits;
+}
 
 // Sum over the TPR threads of a row (adjacent lanes; every lane of the warp takes part).
 template <int TPR, class A> __device__ __forceinline__ A row_sum(A v) {
@@ -99,10 +165,10 @@ template <int TPR, int DMAX, class A> __device__ __forceinline__ A dot_tile(cons
 
 // ---- forward ---------------------------------------------------------------------------
 
-template <class T, int DMAX>
+template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(Bhtd<T> out, accumulate_t<T>* __restrict__ lse, Bhtd<const T> q, Bhtd<const T> k,
-                             Bhtd<const T> v, Geometry g, accumulate_t<T> scale, bool causal) {
+                             Bhtd<const T> v, Geometry g, accumulate_t<T> scale, bool causal, DropoutArgs drop) {
   using A = accumulate_t<T>;
   constexpr int TPR = DMAX / kDpt, ROWS = kThreads / TPR, kTile = kTileOf<A>;
   __shared__ A ks[kTile][DMAX];
@@ -117,6 +183,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int e = 0; e < kDpt; ++e) o[e] = 0;
   A m = neg_inf<A>(), l = 0;
+  std::uint64_t seed = 0, offset = 0;
+  if constexpr (DROP) dropout_state(drop, seed, offset);
+  const std::uint64_t first = (static_cast<std::uint64_t>(bh) * g.q_len + i) * g.k_len;  // element (b, h, i, 0)
+  const A zscale = static_cast<A>(drop.scale);
 
   // Causal: no row of this block attends past its last row.
   const int last = causal ? min(g.k_len, (tile + 1) * ROWS) : g.k_len;
@@ -125,6 +195,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<DMAX, T>(ks, k, b, h, j0, g.k_len, g.dim);
     load_tile<DMAX, T>(vs, v, b, h, j0, g.k_len, g.dim);
     __syncthreads();
+    std::uint64_t keep = 0;  // before any lane leaves the iteration: its shuffles need them all
+    if constexpr (DROP) keep = keep_bits<A, TPR>(drop, seed, offset, first + j0, min(kTile, g.k_len - j0), part);
     A s[kTile];
     A tile_max = neg_inf<A>();
 #pragma unroll
@@ -144,8 +216,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int jj = 0; jj < kTile; ++jj) {
       const A p = exp_(s[jj] - m_new);  // 0 for masked keys
       l += p;
+      A pz = p;
+      if constexpr (DROP) pz = (keep >> jj) & 1 ? p * zscale : A(0);
 #pragma unroll
-      for (int e = 0; e < kDpt; ++e) o[e] += p * vs[jj][part + TPR * e];
+      for (int e = 0; e < kDpt; ++e) o[e] += pz * vs[jj][part + TPR * e];
     }
     m = m_new;
   }
@@ -177,11 +251,11 @@ __global__ void attention_delta_kernel(accumulate_t<T>* __restrict__ delta, Bhtd
   }
 }
 
-template <class T, int DMAX>
+template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(Bhtd<T> dq, Bhtd<const T> dout, Bhtd<const T> q, Bhtd<const T> k, Bhtd<const T> v,
                         const accumulate_t<T>* __restrict__ lse, const accumulate_t<T>* __restrict__ delta, Geometry g,
-                        accumulate_t<T> scale, bool causal) {
+                        accumulate_t<T> scale, bool causal, DropoutArgs drop) {
   using A = accumulate_t<T>;
   constexpr int TPR = DMAX / kDpt, ROWS = kThreads / TPR, kTile = kTileOf<A>;
   __shared__ A ks[kTile][DMAX];
@@ -198,9 +272,15 @@ __global__ void __launch_bounds__(kThreads)
   load_row<TPR>(gr, dout, b, h, i, active, g.dim, part, A(1));
 #pragma unroll
   for (int e = 0; e < kDpt; ++e) acc[e] = 0;
+  std::uint64_t seed = 0, offset = 0;
+  if constexpr (DROP) dropout_state(drop, seed, offset);
+  const std::uint64_t first = static_cast<std::uint64_t>(row) * g.k_len;  // element (b, h, i, 0)
+  const A zscale = static_cast<A>(drop.scale);
 
   const int last = causal ? min(g.k_len, (tile + 1) * ROWS) : g.k_len;
   for (int j0 = 0; j0 < last; j0 += kTile) {
+    std::uint64_t keep = 0;
+    if constexpr (DROP) keep = keep_bits<A, TPR>(drop, seed, offset, first + j0, min(kTile, g.k_len - j0), part);
     __syncthreads();
     load_tile<DMAX, T>(ks, k, b, h, j0, g.k_len, g.dim);
     load_tile<DMAX, T>(vs, v, b, h, j0, g.k_len, g.dim);
@@ -209,7 +289,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int jj = 0; jj < kTile; ++jj) {
       const int j = j0 + jj;
       const A s = dot_tile<TPR, DMAX>(qr, ks[jj], part);
-      const A dp = dot_tile<TPR, DMAX>(gr, vs[jj], part);
+      A dp = dot_tile<TPR, DMAX>(gr, vs[jj], part);
+      if constexpr (DROP) dp = (keep >> jj) & 1 ? dp * zscale : A(0);
       const bool kept = active && j < g.k_len && (!causal || j <= i);
       const A p = kept ? exp_(s - lse_i) : A(0);
       const A ds = p * (dp - delta_i);
@@ -220,16 +301,20 @@ __global__ void __launch_bounds__(kThreads)
   if (active) store_row<TPR>(dq, b, h, i, g.dim, part, acc, scale);
 }
 
-template <class T, int DMAX>
+template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(Bhtd<T> dk, Bhtd<T> dv, Bhtd<const T> dout, Bhtd<const T> q, Bhtd<const T> k,
                           Bhtd<const T> v, const accumulate_t<T>* __restrict__ lse,
-                          const accumulate_t<T>* __restrict__ delta, Geometry g, accumulate_t<T> scale, bool causal) {
+                          const accumulate_t<T>* __restrict__ delta, Geometry g, accumulate_t<T> scale, bool causal,
+                          DropoutArgs drop) {
   using A = accumulate_t<T>;
   constexpr int TPR = DMAX / kDpt, ROWS = kThreads / TPR, kTile = kTileOf<A>;
+  constexpr int G = kThreads / kTile;  // lanes per query row when building the keep bits
+  static_assert(ROWS <= 64 && G * kTile == kThreads && G <= 32);
   __shared__ A qs[kTile][DMAX];
   __shared__ A gs[kTile][DMAX];
   __shared__ A lse_s[kTile], delta_s[kTile];
+  __shared__ std::uint64_t keep_s[DROP ? kTile : 1];  // bit r of [ii]: key tile * ROWS + r kept for query i0 + ii
   const int bh = blockIdx.x / g.tiles, tile = blockIdx.x % g.tiles;  // tiles of keys here
   const int b = bh / g.heads, h = bh % g.heads;
   const int part = threadIdx.x % TPR, j = tile * ROWS + threadIdx.x / TPR;
@@ -240,6 +325,10 @@ __global__ void __launch_bounds__(kThreads)
   load_row<TPR>(vr, v, b, h, j, active, g.dim, part, A(1));
 #pragma unroll
   for (int e = 0; e < kDpt; ++e) dkr[e] = dvr[e] = 0;
+  std::uint64_t seed = 0, offset = 0;
+  if constexpr (DROP) dropout_state(drop, seed, offset);
+  const A zscale = static_cast<A>(drop.scale);
+  const int key0 = tile * ROWS, r = threadIdx.x / TPR;  // this thread's key is key0 + r
 
   // Causal: queries before this block's first key attend none of its keys.
   const int first = causal ? (tile * ROWS / kTile) * kTile : 0;
@@ -253,18 +342,32 @@ __global__ void __launch_bounds__(kThreads)
       lse_s[threadIdx.x] = i < g.q_len ? lse[rows0 + i] : A(0);
       delta_s[threadIdx.x] = i < g.q_len ? delta[rows0 + i] : A(0);
     }
+    if constexpr (DROP) {
+      // Rows past L read words of no element: their probabilities are 0 anyway.
+      const int ii = threadIdx.x / G;
+      const std::uint64_t bits =
+          keep_bits<A, G>(drop, seed, offset, static_cast<std::uint64_t>(rows0 + i0 + ii) * g.k_len + key0,
+                          min(ROWS, g.k_len - key0), threadIdx.x % G);
+      if (threadIdx.x % G == 0) keep_s[ii] = bits;
+    }
     __syncthreads();
 #pragma unroll 4
     for (int ii = 0; ii < kTile; ++ii) {
       const int i = i0 + ii;
       const A s = dot_tile<TPR, DMAX>(kr, qs[ii], part);
-      const A dp = dot_tile<TPR, DMAX>(vr, gs[ii], part);
+      A dp = dot_tile<TPR, DMAX>(vr, gs[ii], part);
       const bool kept = active && i < g.q_len && (!causal || j <= i);
       const A p = kept ? exp_(s - lse_s[ii]) : A(0);
+      A pz = p;
+      if constexpr (DROP) {
+        const bool keep = (keep_s[ii] >> r) & 1;
+        pz = keep ? p * zscale : A(0);
+        dp = keep ? dp * zscale : A(0);
+      }
       const A ds = p * (dp - delta_s[ii]);
 #pragma unroll
       for (int e = 0; e < kDpt; ++e) {
-        dvr[e] += p * gs[ii][part + TPR * e];
+        dvr[e] += pz * gs[ii][part + TPR * e];
         dkr[e] += ds * qs[ii][part + TPR * e];
       }
     }
@@ -310,7 +413,7 @@ bool fits(const Operand& q, const Operand& k, const Geometry& g) {
 }  // namespace
 
 int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
-                      double scale, bool causal, void* stream) {
+                      double scale, bool causal, const AttentionDropout& dropout, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
@@ -318,9 +421,9 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
     const Geometry g = geometry(q, k, rows, q.sizes[2]);
     if (!fits(q, k, g)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned blocks = static_cast<unsigned>(q.sizes[0] * q.sizes[1] * g.tiles);
-    attention_forward_kernel<T, DMAX><<<blocks, kThreads, 0, s>>>(bhtd<T>(out), static_cast<A*>(lse.data),
-                                                                  bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v),
-                                                                  g, static_cast<A>(scale), causal);
+    auto* kernel = dropout.p > 0 ? attention_forward_kernel<T, DMAX, true> : attention_forward_kernel<T, DMAX, false>;
+    kernel<<<blocks, kThreads, 0, s>>>(bhtd<T>(out), static_cast<A*>(lse.data), bhtd<const T>(q), bhtd<const T>(k),
+                                       bhtd<const T>(v), g, static_cast<A>(scale), causal, dropout_args(dropout));
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -332,7 +435,7 @@ std::size_t attention_backward_workspace_bytes(const Operand& q) {
 
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, void* workspace, void* stream) {
+                       bool causal, const AttentionDropout& dropout, void* workspace, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
@@ -347,13 +450,17 @@ int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, 
                                                                           bhtd<const T>(out), gq, nrows);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
     const auto bh = q.sizes[0] * q.sizes[1];
-    attention_dq_kernel<T, DMAX><<<static_cast<unsigned>(bh * gq.tiles), kThreads, 0, s>>>(
+    const bool drop = dropout.p > 0;
+    const DropoutArgs args = dropout_args(dropout);
+    auto* dq_kernel = drop ? attention_dq_kernel<T, DMAX, true> : attention_dq_kernel<T, DMAX, false>;
+    dq_kernel<<<static_cast<unsigned>(bh * gq.tiles), kThreads, 0, s>>>(
         bhtd<T>(dq), bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p, delta, gq,
-        static_cast<A>(scale), causal);
+        static_cast<A>(scale), causal, args);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
-    attention_dkdv_kernel<T, DMAX><<<static_cast<unsigned>(bh * gk.tiles), kThreads, 0, s>>>(
+    auto* dkdv_kernel = drop ? attention_dkdv_kernel<T, DMAX, true> : attention_dkdv_kernel<T, DMAX, false>;
+    dkdv_kernel<<<static_cast<unsigned>(bh * gk.tiles), kThreads, 0, s>>>(
         bhtd<T>(dk), bhtd<T>(dv), bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p,
-        delta, gk, static_cast<A>(scale), causal);
+        delta, gk, static_cast<A>(scale), causal, args);
     return static_cast<int>(cudaGetLastError());
   });
 }

@@ -10,6 +10,7 @@
 
 namespace brrr::kernels {
 
+using backend::AttentionDropout;
 using backend::BinaryOp;
 using backend::Distribution;
 using backend::Operand;
@@ -224,14 +225,16 @@ namespace brrr::kernels {
 
 /// The contract's attention_forward: 4-D [B, H, L|S, D] operands with last stride 1, D <= 128;
 /// lse [B, H, L] contiguous in the accumulation dtype (f32; f64 for f64).
+/// With dropout.p > 0 (AttentionDropout in backend/contract.hpp) the probabilities are dropped
+/// with the words rand() would draw, computed in the kernel (no mask in memory).
 int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
-                      double scale, bool causal, void* stream);
+                      double scale, bool causal, const AttentionDropout& dropout, void* stream);
 /// Device workspace (bytes) of attention_backward: one accumulator per query row.
 std::size_t attention_backward_workspace_bytes(const Operand& q);
 /// The contract's attention_backward (three launches: delta, dq, dk/dv; no atomics).
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, void* workspace, void* stream);
+                       bool causal, const AttentionDropout& dropout, void* workspace, void* stream);
 
 }  // namespace brrr::kernels
 

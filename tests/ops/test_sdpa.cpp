@@ -3,7 +3,9 @@
 // reference with every mask kind, causal masks of square and rectangular shapes, broadcast
 // masks, fully masked rows (PyTorch's safe softmax: 0), custom scales; the fused op's layout
 // and its log-sum-exp-based backward against the composite's, gradcheck of both, second
-// derivatives through the fused op; dropout reproducible from the seed; PyTorch fixtures
+// derivatives through the fused op; dropout reproducible from the seed, and the fused op's
+// dropout (the same mask as the composite's from one seed, its gradients and second
+// derivatives, the generator's state afterwards); PyTorch fixtures
 // (tests/ops/fixtures/make_attention_fixtures.py); errors.
 #include <doctest/doctest.h>
 
@@ -247,6 +249,67 @@ TEST_CASE("sdpa dropout: the seed's dropout of the attention weights") {
   CHECK(!testing::allclose(y, scaled_dot_product_attention(q, k, v, {.is_causal = true})));
 }
 
+TEST_CASE("flash attention dropout (CPU kernel) equals the composite's from one seed: values, gradients, generator") {
+  FRESH_SEED();
+  std::uint64_t s = seed_;
+  struct Case {
+    std::int64_t b, h, l, s, d;
+  };
+  for (DType dt : {DType::f64, DType::f32})
+    for (bool causal : {false, true})
+      for (Case c : {Case{2, 2, 6, 6, 5}, Case{1, 3, 4, 9, 8}, Case{2, 1, 11, 3, 2}}) {
+        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", to_string(dt), ", causal ", causal);
+        ++s;
+        Tensor q0 = randn64({c.b, c.h, c.l, c.d}).to(dt), k0 = randn64({c.b, c.h, c.s, c.d}).to(dt);
+        Tensor v0 = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+        SdpaOptions o{.dropout_p = 0.3, .is_causal = causal};
+        std::vector<Tensor> fused{q0.clone().requires_grad_(), k0.clone().requires_grad_(), v0.clone().requires_grad_()};
+        std::vector<Tensor> comp{q0.clone().requires_grad_(), k0.clone().requires_grad_(), v0.clone().requires_grad_()};
+        manual_seed(s);
+        Tensor y = scaled_dot_product_flash_attention(fused[0], fused[1], fused[2], o);
+        y.backward(g);
+        Tensor next_fused = rand({9}, {.dtype = dt});
+        manual_seed(s);
+        Tensor want = scaled_dot_product_attention(comp[0], comp[1], comp[2], o);  // the composite on the CPU
+        want.backward(g);
+        Tensor next_comp = rand({9}, {.dtype = dt});
+        CHECK(next_fused.to(DType::f64).to_host<double>() == next_comp.to(DType::f64).to_host<double>());
+        const testing::CloseOptions tol =
+            dt == DType::f64 ? testing::CloseOptions{.rtol = 1e-10, .atol = 1e-11} : testing::CloseOptions{.rtol = 1e-4, .atol = 1e-5};
+        testing::assert_close(y, want, tol);
+        for (int i = 0; i < 3; ++i) {
+          INFO("gradient of input ", i);
+          testing::assert_close(fused[i].grad(), comp[i].grad(), tol);
+        }
+        CHECK(!testing::allclose(y, scaled_dot_product_flash_attention(q0, k0, v0, {.is_causal = causal})));
+      }
+}
+
+TEST_CASE("flash attention dropout: gradcheck with the mask held fixed, second derivatives match the composite's") {
+  FRESH_SEED();
+  const SdpaOptions o{.dropout_p = 0.4, .is_causal = true};
+  auto fixed = [&](bool fused) {
+    return [fused, o, s = seed_](const std::vector<Tensor>& x) {
+      manual_seed(s);  // one mask for every evaluation
+      return fused ? scaled_dot_product_flash_attention(x[0], x[1], x[2], o) : scaled_dot_product_attention(x[0], x[1], x[2], o);
+    };
+  };
+  Tensor q0 = randn64({1, 2, 5, 3}), k0 = randn64({1, 2, 6, 3}), v0 = randn64({1, 2, 6, 3});
+  CHECK(autograd::gradcheck(fixed(true), {q0, k0, v0}));
+  Tensor r = randn64({1, 2, 5, 3}), r2 = randn64({1, 2, 5, 3}), r3 = randn64({1, 2, 6, 3});
+  std::vector<Tensor> got;
+  for (bool fused : {true, false}) {
+    Tensor q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+    Tensor y = fixed(fused)({q, k, v});
+    std::vector<Tensor> g = autograd::grad({sum(mul(y, r))}, {q, k, v}, {}, true, true);
+    add(sum(mul(g[0], r2)), sum(mul(add(g[1], g[2]), r3))).backward();
+    got.push_back(q.grad());
+    got.push_back(k.grad());
+    got.push_back(v.grad());
+  }
+  for (int i = 0; i < 3; ++i) testing::assert_close(got[i], got[i + 3], {.rtol = 1e-10, .atol = 1e-11});
+}
+
 TEST_CASE("sdpa against PyTorch (fixtures)") {
   const io::TensorMap& m = fixtures("attention.safetensors");
   auto opts = [&](const std::string& name) {
@@ -287,6 +350,8 @@ TEST_CASE("sdpa errors") {
                    "scaled_dot_product_attention");
   CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(q, k, v, {.attn_mask = ones({3, 5})}), ErrorKind::value,
                    "no attn_mask");
+  CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(q, k, v, {.dropout_p = 1.0}), ErrorKind::value, "dropout_p");
+  CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(q, k, v, {.dropout_p = -0.5}), ErrorKind::value, "dropout_p");
   CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(randn({2, 3, 4}), randn({2, 3, 4}), randn({2, 3, 4})),
                    ErrorKind::shape, "[B, H, L, D]");
   CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(randn({1, 1, 2, 129}), randn({1, 1, 2, 129}),
