@@ -336,7 +336,14 @@ private:
         const char* last = ncclGetLastError(comm_);
         what = "asynchronous error " + nccl_text(state) + (last && *last ? std::string(" (") + last + ")" : "");
       }
-      while (!pending_.empty() && pending_.front().done.query()) pending_.pop_front();
+      try {
+        while (!pending_.empty() && pending_.front().done.query()) pending_.pop_front();
+      } catch (const Error&) {
+        // The CUDA runtime is unloading (process exit: the world is never destroyed, so this
+        // thread may outlive main) or the device failed, which the rank's own next CUDA call
+        // reports: either way the watch ends here rather than terminating the process.
+        return;
+      }
       if (what.empty() && !pending_.empty() && Clock::now() > pending_.front().deadline)
         what = "timed out after " + std::to_string(g_.timeout.count()) + " ms";
       if (what.empty()) continue;
