@@ -67,6 +67,19 @@ int local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
 }
 
+// poll() on one fd until `events` arrive or `deadline` passes: true when they arrived. A
+// signal that interrupts the wait (a profiler's SIGPROF, libFuzzer's SIGALRM, SIGCHLD) is not
+// a timeout: the wait resumes with the time that is left.
+bool poll_until(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, events, 0};
+    int ready = poll(&p, 1, static_cast<int>(std::clamp<long>(left, 0, 1 << 30)));
+    if (ready == 1) return true;
+    if (ready == 0 || errno != EINTR) return false;
+  }
+}
+
 int listen_on(int port) {
   int asked = port;
   int fd = listen_on_any(port);
@@ -364,13 +377,11 @@ struct TCPStore::Connection {
           if (s < 0) continue;
           int r = ::connect(s, a->ai_addr, a->ai_addrlen);
           if (r != 0 && errno == EINPROGRESS) {
-            auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-            pollfd p{s, POLLOUT, 0};
-            int ready = poll(&p, 1, static_cast<int>(std::clamp<long>(left, 1, 1000)));
+            bool ready = poll_until(s, POLLOUT, std::min(deadline, Clock::now() + milliseconds(1000)));
             int err = 0;
             socklen_t len = sizeof err;
-            if (ready == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) r = 0;
-            else errno = ready == 1 ? err : ETIMEDOUT;
+            if (ready && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) r = 0;
+            else errno = ready ? err : ETIMEDOUT;
           }
           if (r == 0) {
             fd = s;
@@ -401,14 +412,9 @@ struct TCPStore::Connection {
     std::string bytes = wire::encode(q);
     auto deadline = Clock::now() + wait;
     const char* what = wire::to_string(q.command);
-    auto left_ms = [&] {
-      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-      return static_cast<int>(std::clamp<long>(left, 0, 1 << 30));
-    };
     std::size_t sent = 0;
     while (sent < bytes.size()) {
-      pollfd p{fd, POLLOUT, 0};
-      if (poll(&p, 1, left_ms()) != 1)
+      if (!poll_until(fd, POLLOUT, deadline))
         store_error(std::string(what) + ": could not send to the store at " + where() + " within " +
                     std::to_string(wait.count()) + " ms");
       ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
@@ -428,8 +434,7 @@ struct TCPStore::Connection {
       }
       if (r.status == wire::Parse::invalid)
         store_error(std::string(what) + ": malformed reply from the store at " + where() + ": " + r.error);
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, left_ms()) != 1)
+      if (!poll_until(fd, POLLIN, deadline))
         store_error(std::string(what) + ": no reply from the store at " + where() + " within " +
                     std::to_string(wait.count()) + " ms");
       ssize_t n = ::recv(fd, buf, sizeof buf, 0);

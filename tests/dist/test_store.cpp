@@ -15,6 +15,8 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,6 +112,56 @@ TEST_CASE("store: wait and get block until another client sets the keys") {
   });
   CHECK(c.get("late") == "here");  // get waits for the key
   late.join();
+}
+
+namespace {
+std::atomic<int> interruptions{0};
+void count_interruption(int) { interruptions.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+// A signal handled without SA_RESTART makes a blocked poll() return EINTR: a profiler's
+// SIGPROF, libFuzzer's SIGALRM (the fuzzer found it: "no reply within 10000 ms" after a few
+// ms). The client must resume its wait, not report a timeout.
+TEST_CASE("store: signals interrupting a client's wait are not timeouts") {
+  struct sigaction quiet{}, saved{};
+  quiet.sa_handler = count_interruption;
+  sigemptyset(&quiet.sa_mask);
+  quiet.sa_flags = 0;  // no SA_RESTART: poll() and recv() return EINTR
+  REQUIRE(sigaction(SIGUSR2, &quiet, &saved) == 0);
+  interruptions = 0;
+
+  dist::TCPStore s = server();
+  dist::TCPStore c = client_of(s);
+  std::atomic<bool> done{false};
+  pthread_t target = pthread_self();
+  std::thread pester([&] {
+    while (!done) {
+      pthread_kill(target, SIGUSR2);
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  std::thread setter([port = s.port()] {
+    dist::TCPStore t("127.0.0.1", port, {.timeout = 5s});
+    std::this_thread::sleep_for(100ms);
+    t.set("interrupted/key", "v");
+  });
+  std::string got;
+  bool threw = false;
+  try {
+    got = c.get("interrupted/key");  // parks ~100 ms under a signal every 200 us
+    for (int i = 0; i < 200; ++i) c.set("interrupted/n", std::to_string(i));
+    got += c.get("interrupted/n");
+  } catch (const Error& e) {
+    threw = true;
+    MESSAGE(e.what());
+  }
+  done = true;
+  pester.join();
+  setter.join();
+  sigaction(SIGUSR2, &saved, nullptr);
+  CHECK_FALSE(threw);
+  CHECK(got == "v199");
+  CHECK(interruptions.load() > 10);
 }
 
 TEST_CASE("store: timeouts are errors naming the missing keys, and the connection stays usable") {

@@ -176,8 +176,11 @@ void check_server(const std::uint8_t* data, std::size_t size) {
   bool closed = false;
   while (answered < expected) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5) != 1) break;  // 5 ms without a reply: a wait is parked
+    int ready = ::poll(&p, 1, 5);
+    if (ready < 0 && errno == EINTR) continue;  // libFuzzer's SIGALRM, not a parked wait
+    if (ready != 1) break;                      // 5 ms without a reply: a wait is parked
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       closed = true;
       break;
@@ -190,6 +193,7 @@ void check_server(const std::uint8_t* data, std::size_t size) {
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n == 0) break;
     if (n < 0) {
+      if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) fuzz::violated("the server kept the connection open for 10 s");
       break;  // reset by the server: also a close
     }
