@@ -1332,6 +1332,11 @@ Tensor activation_rule(backend::UnaryOp op, const Tensor& g, const Tensor& x, do
 /// Inverted-dropout noise of `shape` for x: 1 / (1 - p) where rand >= p, else 0, in x's
 /// dtype on x's device (0 < p < 1; ops/dropout.cpp).
 Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
+/// The same noise from uniforms `u` already drawn (the fused attention's saved words): 1 / (1 - p)
+/// where u >= p, else 0, in `dtype` on u's device.
+Tensor dropout_noise_from(const Tensor& u, double p, DType dtype);
+/// The uniforms' dtype of a dropout of x's dtype: f64 for f64, else f32 (its 24-bit draws).
+DType dropout_uniform_dtype(DType dtype);
 
 /// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape), summing
 /// overlaps; differentiable (its adjoint is unfold; ops/conv.cpp).

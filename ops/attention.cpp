@@ -85,8 +85,6 @@ struct FlashParams {
   backend::AttentionDropout dropout;  // p == 0: none
 };
 
-DType uniform_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
-
 // The dropout of a fused forward with `numel` = B*H*L*S probabilities: the words rand() would
 // draw next from the device's generator (advanced past them), or under a CUDA graph capture
 // the next words of the graph's draws.
@@ -94,7 +92,7 @@ backend::AttentionDropout draw_dropout(double p, const Tensor& q, std::int64_t n
   backend::AttentionDropout d;
   d.p = p;
   const Device dev = q.device();
-  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, uniform_dtype(q.dtype()), numel);
+  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, dropout_uniform_dtype(q.dtype()), numel);
   if (dev.is_cuda() && backend::capture_underway(dev.index())) {
     const backend::CaptureRandomState at = backend::capture_random_words(dev.index(), words);
     d.seed_offset = at.seed_offset;
@@ -113,14 +111,13 @@ backend::AttentionDropout draw_dropout(double p, const Tensor& q, std::int64_t n
 Tensor dropout_noise_of(const backend::AttentionDropout& d, const Tensor& q, const Tensor& k) {
   NoGradGuard no_grad;
   const Device dev = q.device();
-  Tensor u = empty({q.size(0), q.size(1), q.size(2), k.size(2)}, {.dtype = uniform_dtype(q.dtype()), .device = dev});
+  Tensor u = empty({q.size(0), q.size(1), q.size(2), k.size(2)}, {.dtype = dropout_uniform_dtype(q.dtype()), .device = dev});
   if (d.seed_offset)
     backend::random_at_capture_state(backend::output(u, flash), backend::Distribution::uniform,
                                      {d.seed_offset, d.offset}, 0, 0);
   else
     backend::backend_for(dev).random(backend::output(u, flash), backend::Distribution::uniform, d.seed, d.offset, 0, 0);
-  return where(ge(u, d.p), full({}, 1.0 / (1.0 - d.p), {.dtype = q.dtype(), .device = dev}),
-               zeros({}, {.dtype = q.dtype(), .device = dev}));
+  return dropout_noise_from(u, d.p, q.dtype());
 }
 
 autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {

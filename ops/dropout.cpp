@@ -18,13 +18,18 @@ namespace brrr {
 
 using namespace ops_detail;
 
+DType ops_detail::dropout_uniform_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+Tensor ops_detail::dropout_noise_from(const Tensor& u, double p, DType dtype) {
+  NoGradGuard no_grad;
+  return where(ge(u, p), full({}, 1.0 / (1.0 - p), {.dtype = dtype, .device = u.device()}),
+               zeros({}, {.dtype = dtype, .device = u.device()}));
+}
+
 Tensor ops_detail::dropout_noise(const Tensor& x, const Shape& shape, double p) {
   NoGradGuard no_grad;
-  DType uniform = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor u = rand(shape, {.dtype = uniform, .device = x.device()});
-  Tensor keep = ge(u, p);
-  return where(keep, full({}, 1.0 / (1.0 - p), {.dtype = x.dtype(), .device = x.device()}),
-               zeros({}, {.dtype = x.dtype(), .device = x.device()}));
+  Tensor u = rand(shape, {.dtype = dropout_uniform_dtype(x.dtype()), .device = x.device()});
+  return dropout_noise_from(u, p, x.dtype());
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
