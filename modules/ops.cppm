@@ -543,11 +543,32 @@ bool allow_tf32();
 [[nodiscard]] Tensor prod(const Tensor& x, std::optional<DType> dtype = std::nullopt);
 /// vector_norm under PyTorch's older name (p-norm over dims, empty: all).
 [[nodiscard]] Tensor norm(const Tensor& x, double p = 2, std::vector<std::int64_t> dims = {}, bool keepdim = false);
-/// Matrix norms over two dims (default the last two): "fro"; 1 / -1 (max / min column sum of
-/// |x|), inf / -inf (rows). 2, -2 and "nuc" need an SVD: Error(value).
+/// Matrix norms over two dims (default the last two): "fro"; "nuc" (the sum of the singular
+/// values) and 2 / -2 (the largest / smallest), through linalg_svdvals (f32/f64 only; its
+/// host sync on CUDA); 1 / -1 (max / min column sum of |x|), inf / -inf (rows). Another ord:
+/// Error(value).
 [[nodiscard]] Tensor matrix_norm(const Tensor& x, const std::string& ord = "fro", std::vector<std::int64_t> dims = {},
                                  bool keepdim = false);
 [[nodiscard]] Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+/// What linalg_svd returns: A = U diag(S) Vh, S descending (PyTorch's names and layout: Vh,
+/// not torch.svd's V).
+struct SVDResult {
+  Tensor U;   ///< [..., m, k] (full_matrices: [..., m, m]), orthonormal columns
+  Tensor S;   ///< [..., k], k = min(m, n), real, descending, >= 0
+  Tensor Vh;  ///< [..., k, n] (full_matrices: [..., n, n]), orthonormal rows
+};
+/// The singular value decomposition of A [..., m, n] (f32/f64; torch.linalg.svd). Computed
+/// by Eigen's divide-and-conquer SVD on the host in A's dtype; a CUDA A is read back (one
+/// counted sync) and the factors copied to its device. Singular vectors are unique only up to
+/// sign (and rotation within repeated values). Differentiable (J. Townsend, "Differentiating
+/// the Singular Value Decomposition", 2016) for distinct, and for gradients of U / Vh of a
+/// non-square A non-zero, singular values; with full_matrices the gradients of the columns
+/// past k are ignored, as PyTorch. Error(shape) under 2 dims, Error(dtype) for other dtypes,
+/// Error(value) for non-finite input.
+[[nodiscard]] SVDResult linalg_svd(const Tensor& a, bool full_matrices = true);
+/// The singular values of A [..., m, n] -> [..., min(m, n)], descending (torch.linalg.svdvals):
+/// linalg_svd without the vectors when no gradient is needed; its errors and its sync.
+[[nodiscard]] Tensor linalg_svdvals(const Tensor& a);
 /// p-norm distances between the rows of x1 [..., P, M] and x2 [..., R, M] -> [..., P, R],
 /// computed from the differences (memory P R M; no cancellation; gradient 0 at distance 0).
 [[nodiscard]] Tensor cdist(const Tensor& x1, const Tensor& x2, double p = 2);

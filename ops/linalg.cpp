@@ -1,6 +1,7 @@
 // Linear algebra made of matmul, views and reductions: mm, bmm, addmm, baddbmm, addcmul,
 // addcdiv, outer, linear, tensordot, einsum (lowered to permutes, reshapes and one batched
-// matmul per pair of operands), prod, norm / matrix_norm, cdist. Compositions: their
+// matmul per pair of operands), prod, norm / matrix_norm (2, -2 and "nuc" from linalg_svdvals,
+// ops/linalg_svd.cpp), cdist. Compositions: their
 // gradients come from the ops'.
 module;
 #include <algorithm>
@@ -349,6 +350,20 @@ Tensor norm(const Tensor& x, double p, std::vector<std::int64_t> dims, bool keep
   return vector_norm(x, p, std::move(dims), keepdim);
 }
 
+namespace {
+
+// matrix_norm over dims r, c through the singular values: kind 2 the largest (the spectral
+// norm), -2 the smallest, 0 their sum (the nuclear norm).
+Tensor reduce_singular_values(const Tensor& x, int kind, std::int64_t r, std::int64_t c, bool keepdim) {
+  if (r == c) throw Error(ErrorKind::value, "matrix_norm: dims must name two different dims, got " + std::to_string(r) + " twice");
+  // The two dims last, in either order: the singular values of a transpose are the same.
+  Tensor s = linalg_svdvals(movedim(movedim(x, std::max(r, c), -1), std::min(r, c), -2));
+  Tensor e = kind == 0 ? sum(s, {-1}) : kind > 0 ? amax(s, {-1}) : amin(s, {-1});
+  return keepdim ? e.unsqueeze(std::min(r, c)).unsqueeze(std::max(r, c)) : e;
+}
+
+}  // namespace
+
 Tensor matrix_norm(const Tensor& x, const std::string& ord, std::vector<std::int64_t> dims, bool keepdim) {
   BRRR_AUTOCAST(fp32, matrix_norm, x, ord, dims, keepdim);
   NvtxRange range("matrix_norm");
@@ -357,7 +372,11 @@ Tensor matrix_norm(const Tensor& x, const std::string& ord, std::vector<std::int
   if (dims.empty()) dims = {-2, -1};
   if (dims.size() != 2) throw Error(ErrorKind::value, "matrix_norm: dims must name two dims");
   if (ord == "fro") return vector_norm(x, 2, dims, keepdim);
-  throw Error(ErrorKind::value, "matrix_norm: ord \"" + ord + "\" is not supported (\"fro\", or a number: 1, -1, inf, -inf)");
+  if (ord == "nuc") {
+    const std::int64_t r = wrap_dim("matrix_norm", dims[0], x.dim(), x.shape()), c = wrap_dim("matrix_norm", dims[1], x.dim(), x.shape());
+    return reduce_singular_values(x, 0, r, c, keepdim);
+  }
+  throw Error(ErrorKind::value, "matrix_norm: ord \"" + ord + "\" is not supported (\"fro\", \"nuc\", or a number: 2, -2, 1, -1, inf, -inf)");
 }
 
 Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims, bool keepdim) {
@@ -377,7 +396,8 @@ Tensor matrix_norm(const Tensor& x, double ord, std::vector<std::int64_t> dims, 
     if (keepdim) return e;
     return e.squeeze(std::max(r, c)).squeeze(std::min(r, c));
   }
-  throw Error::bad_value("matrix_norm", "ord", ord, "1, -1, inf or -inf (or \"fro\"); 2 and \"nuc\" need an SVD");
+  if (ord == 2 || ord == -2) return reduce_singular_values(x, ord > 0 ? 2 : -2, r, c, keepdim);
+  throw Error::bad_value("matrix_norm", "ord", ord, "2, -2, 1, -1, inf or -inf (or \"fro\", \"nuc\")");
 }
 
 Tensor cdist(const Tensor& x1, const Tensor& x2, double p) {

@@ -16,6 +16,7 @@ module;
 #include "ops/random_transform.hpp"
 #include "backend/contract.hpp"
 #include "backend/stream_check.hpp"
+#include "ops/cpu/loops.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -80,11 +81,37 @@ void CpuBackend::fill(const Operand& out, double value) {
   });
 }
 
+// Copies whose innermost dim is contiguous on both sides (the permuted copies behind
+// contiguous() and the convolutions' layout changes) go row by row, rows split over the
+// intra-op pool; the others walk every element.
 void CpuBackend::copy(const Operand& dst, const Operand& src) {
+  const int nd = dst.ndim;
+  const std::int64_t len = nd > 0 ? dst.sizes[nd - 1] : 0;
+  bool by_rows = nd >= 2 && len >= 16 && dst.strides[nd - 1] == 1 && src.strides[nd - 1] == 1;
+  for (int k = 0; by_rows && k < nd - 1; ++k)  // a broadcast destination keeps the sequential walk
+    if (dst.sizes[k] > 1 && dst.strides[k] == 0) by_rows = false;
   dispatch(dst.dtype, [&]<class D>(D*) {
     dispatch(src.dtype, [&]<class S>(S*) {
       auto* d = static_cast<D*>(dst.data);
       const auto* s = static_cast<const S*>(src.data);
+      if (by_rows) {
+        cpu::parallel_for(dst.numel / len, std::max<std::int64_t>(1, elementwise_grain / len), [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r) {
+            std::int64_t od = 0, os = 0;
+            for (std::int64_t d_ = nd - 2, rest = r; d_ >= 0; --d_) {
+              const std::int64_t i = rest % dst.sizes[d_];
+              rest /= dst.sizes[d_];
+              od += i * dst.strides[d_];
+              os += i * src.strides[d_];
+            }
+            D* out = d + od;
+            const S* in = s + os;
+            if constexpr (std::is_same_v<D, S>) std::memmove(out, in, static_cast<std::size_t>(len) * sizeof(D));
+            else for (std::int64_t k = 0; k < len; ++k) out[k] = narrow_to<D>(widen<S>(in[k]));
+          }
+        });
+        return;
+      }
       if constexpr (std::is_same_v<D, S>) {
         for_each2(dst, src, [&](std::int64_t od, std::int64_t os, std::int64_t) { d[od] = s[os]; });
       } else {

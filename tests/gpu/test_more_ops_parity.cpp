@@ -259,4 +259,13 @@ TEST_CASE("shape ops and linear algebra: GPU equals CPU, forward and backward") 
          {Tensor::from_vector(std::vector<double>{1.5, 0, 2, 0, 0, 3, 2, -1, 0.5}, {3, 3})}, true);
   parity("cdist", [](const In& i) { return cdist(i[0], i[1]); }, {normal_in({2, 30, 8}, DType::f64), normal_in({2, 20, 8}, DType::f64)}, true);
   parity("matrix_norm 1", [](const In& i) { return matrix_norm(i[0], 1.0); }, {m}, true);
+  // The SVD runs on the host for both (a counted sync for the CUDA input): the factors and
+  // their gradients must come back to the device equal to the CPU's.
+  parity("matrix_norm nuc", [](const In& i) { return matrix_norm(i[0], "nuc"); }, {normal_in({3, 6, 4}, DType::f64)}, true);
+  parity("matrix_norm 2", [](const In& i) { return matrix_norm(i[0], 2.0, {0, 2}); }, {normal_in({5, 2, 3})}, true);
+  parity("linalg_svd U Vh", [](const In& i) {
+    SVDResult r = linalg_svd(i[0], false);
+    CHECK(r.U.device() == i[0].device());
+    return matmul(r.U, r.Vh);
+  }, {normal_in({2, 4, 7}, DType::f64)}, true);
 }

@@ -516,3 +516,35 @@ TEST_CASE("zero-size dims through every view") {
   CHECK(empty({0}).storage().nbytes() == 0);
   CHECK(arange(0).numel() == 0);
 }
+
+TEST_CASE("copies of permuted and sliced layouts: the row path equals the element walk") {
+  // Rows of >= 16 contiguous elements on both sides go row by row over the pool
+  // (ops/cpu/backend_cpu.cpp); every element must land where the index arithmetic says.
+  const int before = get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Tensor src = ar(4 * 37 * 40).view({4, 37, 40});
+    Tensor p = src.permute({1, 0, 2}).contiguous();  // [37, 4, 40]
+    std::vector<double> v = values(p), s = values(src);
+    bool same = true;
+    for (std::int64_t i = 0; i < 37; ++i)
+      for (std::int64_t j = 0; j < 4; ++j)
+        for (std::int64_t k = 0; k < 40; ++k)
+          same = same && v[static_cast<std::size_t>((i * 4 + j) * 40 + k)] == s[static_cast<std::size_t>((j * 37 + i) * 40 + k)];
+    CHECK(same);
+    // Into a strided destination with a dtype change (i64 -> f64); a sliced source.
+    Tensor dst = zeros({37, 8, 40}, {.dtype = DType::f64});
+    dst.narrow(1, 2, 4).copy_(src.permute({1, 0, 2}));
+    CHECK(values(dst.narrow(1, 2, 4).contiguous()) == v);
+    CHECK(values(dst.narrow(1, 0, 2)) == std::vector<double>(37 * 2 * 40, 0.0));
+    Tensor half_rows = src.narrow(2, 3, 20).contiguous();
+    std::vector<double> h = values(half_rows);
+    CHECK(h[0] == s[3]);
+    CHECK(h[static_cast<std::size_t>(20 * 37 * 4 - 1)] == s[static_cast<std::size_t>(4 * 37 * 40 - 40 + 22)]);
+    // A copy into itself (same layout) leaves the values.
+    Tensor self = ar(64).view({4, 16});
+    self.copy_(self);
+    CHECK(values(self) == values(ar(64)));
+  }
+  set_num_threads(before);
+}
