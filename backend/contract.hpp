@@ -115,15 +115,17 @@ struct Window2d {
 };
 
 /// How interpolate (ops/interpolate.cpp) maps output positions to input positions, per
-/// spatial dim of an [N, C, H, W] operand pair (3-D inputs have H = 1 on both sides): nearest
-/// (PyTorch's floor rule) or linear (bilinear in 2-D). Math: ops/interpolate_math.hpp.
-enum class UpsampleMode : std::uint8_t { nearest, linear };
-struct Upsample2d {
+/// spatial dim of an [N, C, D, H, W] operand pair (4-D inputs have D = 1, 3-D inputs D = H = 1
+/// on both sides): nearest (PyTorch's floor rule), nearest_exact (PyTorch's "nearest-exact",
+/// pixel centres rounded half up), linear (bi/trilinear over the dims) or cubic (Keys' cubic
+/// convolution, A = -0.75, 4 taps per dim). Math: ops/interpolate_math.hpp.
+enum class UpsampleMode : std::uint8_t { nearest, nearest_exact, linear, cubic };
+struct Upsample {
   UpsampleMode mode = UpsampleMode::nearest;
-  bool align_corners = false;  ///< linear only
+  bool align_corners = false;  ///< linear and cubic only
   /// The user's scale factors, 0 where none is used (then in / out): PyTorch's source-index
   /// scale is 1 / scale_factor when one is given and recompute_scale_factor is not set.
-  double scale_factor_h = 0, scale_factor_w = 0;
+  double scale_factor_d = 0, scale_factor_h = 0, scale_factor_w = 0;
 };
 
 /// Which update an optimizer_step applies (formulas in optim/, with their sources).
@@ -611,13 +613,14 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
                          const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
                          const Operand& lse, double scale, bool causal, const AttentionDropout& dropout))           \
-  /* Nearest / (bi)linear resampling of in [N, C, H, W] into out [N, C, OH, OW] (both contiguous), one             \
-     floating dtype, accumulated in compute_t; the index and weight math of ops/interpolate_math.hpp. */            \
-  X(upsample, (const Operand& out, const Operand& in, const Upsample2d& g))                                         \
-  /* Its adjoint: grad_out [N, C, OH, OW] summed into grad_in [N, C, H, W] (both contiguous, grad_in zeroed by the  \
-     caller; CUDA: atomic adds, so the rounding order of overlapping sources varies). f32/f64 only: the op layer   \
-     computes bf16/f16 gradients in f32. */                                                                          \
-  X(upsample_backward, (const Operand& grad_in, const Operand& grad_out, const Upsample2d& g))                       \
+  /* Nearest / nearest-exact / (bi,tri)linear / cubic resampling of in [N, C, D, H, W] into out [N, C, OD, OH, OW]  \
+     (both contiguous), one floating dtype, accumulated in compute_t; the index and weight math of                 \
+     ops/interpolate_math.hpp. */                                                                                    \
+  X(upsample, (const Operand& out, const Operand& in, const Upsample& g))                                           \
+  /* Its adjoint: grad_out [N, C, OD, OH, OW] summed into grad_in [N, C, D, H, W] (both contiguous, grad_in zeroed  \
+     by the caller; CUDA: atomic adds, so the rounding order of overlapping sources varies). f32/f64 only: the op   \
+     layer computes bf16/f16 gradients in f32. */                                                                    \
+  X(upsample_backward, (const Operand& grad_in, const Operand& grad_out, const Upsample& g))                         \
   /* Poisson samples out[i] with rate rates[i] (both contiguous, one floating dtype, one shape) from the Philox    \
      words offset + i * words_poisson ... of `seed` (ops/random_transform.hpp, random_transform::poisson).         \
      A negative or NaN rate: NaN written and reported as CheckedOp::poisson (CPU: Error(value) at the call). */    \

@@ -412,7 +412,8 @@ public:
 };
 
 /// brrr::interpolate with fixed options (PyTorch's nn.Upsample: size or scale_factor, mode
-/// nearest/linear/bilinear, align_corners): nn::Upsample({.scale_factor = {2}, .mode = "bilinear"}).
+/// nearest/nearest-exact/linear/bilinear/bicubic/trilinear/area, align_corners):
+/// nn::Upsample({.scale_factor = {2}, .mode = "bilinear"}).
 /// The options are checked at the first forward, against the input's rank, as PyTorch.
 class Upsample : public Module {
 public:

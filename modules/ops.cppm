@@ -1051,26 +1051,30 @@ struct InterpolateOptions {
   std::vector<std::int64_t> size = {};
   /// Multiplier of each spatial size (one value or one per dim): out = floor(in * s).
   std::vector<double> scale_factor = {};
-  /// "nearest" (PyTorch's floor rule: src = min(floor(dst * scale), in - 1), not
-  /// nearest-exact), "linear" (3-D input), "bilinear" (4-D input) or "area" (adaptive
-  /// average pooling to the output size, as PyTorch).
+  /// "nearest" (PyTorch's floor rule: src = min(floor(dst * scale), in - 1)), "nearest-exact"
+  /// (src = min(floor((dst + 0.5) * scale), in - 1)), "linear" (3-D input), "bilinear" and
+  /// "bicubic" (4-D input; Keys' cubic convolution, A = -0.75, 4 x 4 taps clamped at the
+  /// border), "trilinear" (5-D input) or "area" (adaptive average pooling to the output size,
+  /// as PyTorch). The nearest modes and area take 3-D, 4-D and 5-D inputs.
   std::string mode = "nearest";
-  /// Linear modes only (set with nearest: Error(value)); unset means false, as PyTorch. True:
-  /// src = dst * (in - 1) / (out - 1); false: src = max(scale (dst + 0.5) - 0.5, 0).
+  /// Linear, bilinear, trilinear and bicubic only (set with the others: Error(value)); unset
+  /// means false, as PyTorch. True: src = dst * (in - 1) / (out - 1); false: src =
+  /// scale (dst + 0.5) - 0.5, clamped at 0 except for bicubic.
   std::optional<bool> align_corners = std::nullopt;
   /// With scale_factor: true computes the source positions from in / out instead of
   /// 1 / scale_factor (PyTorch's default, unset, uses 1 / scale_factor).
   std::optional<bool> recompute_scale_factor = std::nullopt;
 };
-/// Resampling of [N, C, W] or [N, C, H, W] floating inputs (PyTorch's F.interpolate):
-/// interpolate(x, {.size = {64, 64}, .mode = "bilinear", .align_corners = false}) or
-/// interpolate(x, {.scale_factor = {2}}). The source positions follow PyTorch's formulas
-/// (ops/interpolate_math.hpp), computed in f32 (f64 for f64 inputs). Backward sums the
+/// Resampling of [N, C, W], [N, C, H, W] or [N, C, D, H, W] floating inputs (PyTorch's
+/// F.interpolate): interpolate(x, {.size = {64, 64}, .mode = "bilinear", .align_corners = false})
+/// or interpolate(x, {.scale_factor = {2}}). The source positions and weights follow PyTorch's
+/// formulas (ops/interpolate_math.hpp), computed in f32 (f64 for f64 inputs). Backward sums the
 /// gradient into the taps (CUDA: atomic adds, so its rounding order varies; bf16/f16
 /// gradients are summed in f32). Errors: Error(value) for another mode, align_corners with
-/// nearest or area, both or neither of size and scale_factor, a non-positive scale or output size,
-/// recompute_scale_factor with size; Error(shape) for other ranks, linear on 4-D or bilinear
-/// on 3-D, or a size/scale list of the wrong length; Error(dtype) for non-floating inputs.
+/// nearest, nearest-exact or area, both or neither of size and scale_factor, a non-positive
+/// scale or output size, recompute_scale_factor with size; Error(shape) for other ranks, a mode
+/// on the wrong rank (linear needs 3-D, bilinear and bicubic 4-D, trilinear 5-D), or a
+/// size/scale list of the wrong length; Error(dtype) for non-floating inputs.
 [[nodiscard]] Tensor interpolate(const Tensor& input, const InterpolateOptions& options);
 /// [*, C r^2, H, W] -> [*, C, H r, W r]: each group of r^2 channels tiles an r x r block
 /// (a view chain and one copy). Error(shape) unless the channels divide by r^2.

@@ -1,15 +1,20 @@
-// interpolate (PyTorch's F.interpolate) for 3-D [N, C, W] and 4-D [N, C, H, W] inputs: modes
-// nearest (PyTorch's floor rule, not nearest-exact), linear and bilinear, with size or
-// scale_factor and align_corners; area is adaptive average pooling (ops/pool.cpp). One kernel per direction on each backend
-// (Backend::upsample / upsample_backward; index math in ops/interpolate_math.hpp): the
-// forward and its adjoint record each other as backward, so gradients of any order exist.
+// interpolate (PyTorch's F.interpolate) for 3-D [N, C, W], 4-D [N, C, H, W] and 5-D
+// [N, C, D, H, W] inputs: modes nearest (PyTorch's floor rule) and nearest-exact (any rank),
+// linear (3-D), bilinear and bicubic (4-D), trilinear (5-D), with size or scale_factor and
+// align_corners; area is adaptive average pooling (ops/pool.cpp). Every other mode is one
+// kernel per direction on each backend over [N, C, D, H, W] (Backend::upsample /
+// upsample_backward; index math in ops/interpolate_math.hpp): 3-D and 4-D inputs are views with
+// D = H = 1 or D = 1, whose one-tap identity axes cost nothing. One kernel over three spatial
+// dims rather than separable 2-D passes, so trilinear rounds exactly as PyTorch's single sum of
+// eight taps. The forward and its adjoint record each other as backward, so gradients of any
+// order exist.
 module;
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "backend/contract.hpp"  // Upsample2d
+#include "backend/contract.hpp"  // Upsample
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
@@ -22,15 +27,15 @@ namespace {
 
 constexpr const char* op = "interpolate";
 
-Tensor resample_adjoint(const Tensor& grad, const backend::Upsample2d& g, const Shape& in_shape);
+Tensor resample_adjoint(const Tensor& grad, const backend::Upsample& g, const Shape& in_shape);
 
-// x [N, C, H, W] resampled to [N, C, oh, ow].
-Tensor resample(const Tensor& x, const backend::Upsample2d& g, std::int64_t oh, std::int64_t ow) {
+// x [N, C, D, H, W] resampled to [N, C, od, oh, ow].
+Tensor resample(const Tensor& x, const backend::Upsample& g, std::int64_t od, std::int64_t oh, std::int64_t ow) {
   Tensor out;
   {
     NoGradGuard no_grad;
     Tensor in = x.contiguous();
-    out = empty({x.size(0), x.size(1), oh, ow}, {.dtype = x.dtype(), .device = x.device()});
+    out = empty({x.size(0), x.size(1), od, oh, ow}, {.dtype = x.dtype(), .device = x.device()});
     if (out.numel() > 0)
       backend::backend_for(x.device()).upsample(backend::output(out, op), backend::input(in, op), g);
   }
@@ -41,8 +46,8 @@ Tensor resample(const Tensor& x, const backend::Upsample2d& g, std::int64_t oh, 
   return out;
 }
 
-// The adjoint of resample: grad [N, C, oh, ow] summed back into in_shape [N, C, H, W].
-Tensor resample_adjoint(const Tensor& grad, const backend::Upsample2d& g, const Shape& in_shape) {
+// The adjoint of resample: grad [N, C, od, oh, ow] summed back into in_shape [N, C, D, H, W].
+Tensor resample_adjoint(const Tensor& grad, const backend::Upsample& g, const Shape& in_shape) {
   Tensor out;
   {
     NoGradGuard no_grad;
@@ -55,10 +60,28 @@ Tensor resample_adjoint(const Tensor& grad, const backend::Upsample2d& g, const 
   }
   if (autograd::any_requires_grad({grad}))
     autograd::record("UpsampleBackwardBackward", {grad}, {out},
-                     [g = g, oh = grad.size(2), ow = grad.size(3)](const autograd::Backward& c) {
-                       return autograd::Grads{c.grad().defined() ? resample(c.grad(), g, oh, ow) : Tensor()};
+                     [g = g, od = grad.size(2), oh = grad.size(3), ow = grad.size(4)](const autograd::Backward& c) {
+                       return autograd::Grads{c.grad().defined() ? resample(c.grad(), g, od, oh, ow) : Tensor()};
                      });
   return out;
+}
+
+// Area mode on [N, C, D, H, W]: adaptive average pooling is separable (a box mean is the mean
+// over D of the means over H x W), so pool H, W as [N, C D, H, W], then D as the last dim.
+Tensor area_3d(const Tensor& x, std::int64_t od, std::int64_t oh, std::int64_t ow) {
+  const std::int64_t n = x.size(0), c = x.size(1), d = x.size(2);
+  Tensor hw = adaptive_avg_pool2d(x.reshape({n, c * d, x.size(3), x.size(4)}), {oh, ow});  // [N, C D, oh, ow]
+  Tensor last = hw.reshape({n, c, d, oh * ow}).transpose(2, 3).reshape({n, c * oh * ow, d});
+  Tensor pooled = adaptive_avg_pool1d(last, od);  // [N, C oh ow, od]
+  return pooled.reshape({n, c, oh * ow, od}).transpose(2, 3).reshape({n, c, od, oh, ow});
+}
+
+// The rank each mode needs (0: any of 3, 4, 5).
+int mode_rank(const std::string& mode) {
+  if (mode == "linear") return 3;
+  if (mode == "bilinear" || mode == "bicubic") return 4;
+  if (mode == "trilinear") return 5;
+  return 0;
 }
 
 std::string list_text(const std::vector<double>& v) {
@@ -76,23 +99,22 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options) {
   NvtxRange range(op);
   require_defined(op, input);
   const std::string& mode = options.mode;
-  if (mode != "nearest" && mode != "linear" && mode != "bilinear" && mode != "area")
-    throw Error(ErrorKind::value, std::string(op) + ": mode must be \"nearest\", \"linear\" (3-D), \"bilinear\" "
-                                      "(4-D) or \"area\", got \"" + mode + "\"");
-  if (input.dim() != 3 && input.dim() != 4)
-    throw Error(ErrorKind::shape, std::string(op) + ": input must be 3-D [N, C, W] or 4-D [N, C, H, W], got " +
-                                      describe(input));
-  if (mode == "linear" && input.dim() != 3)
-    throw Error(ErrorKind::shape, std::string(op) + ": got " + std::to_string(input.dim()) +
-                                      "-D input, but linear mode needs 3-D input: " + describe(input));
-  if (mode == "bilinear" && input.dim() != 4)
-    throw Error(ErrorKind::shape, std::string(op) + ": got " + std::to_string(input.dim()) +
-                                      "-D input, but bilinear mode needs 4-D input: " + describe(input));
+  const bool nearest = mode == "nearest" || mode == "nearest-exact";
+  const bool interpolating = mode == "linear" || mode == "bilinear" || mode == "trilinear" || mode == "bicubic";
+  if (!nearest && !interpolating && mode != "area")
+    throw Error(ErrorKind::value, std::string(op) + ": mode must be \"nearest\", \"nearest-exact\", \"linear\" (3-D), "
+                                      "\"bilinear\" or \"bicubic\" (4-D), \"trilinear\" (5-D) or \"area\", got \"" +
+                                      mode + "\"");
+  if (input.dim() < 3 || input.dim() > 5)
+    throw Error(ErrorKind::shape, std::string(op) + ": input must be 3-D [N, C, W], 4-D [N, C, H, W] or 5-D "
+                                      "[N, C, D, H, W], got " + describe(input));
+  if (const int rank = mode_rank(mode); rank != 0 && input.dim() != rank)
+    throw Error(ErrorKind::shape, std::string(op) + ": got " + std::to_string(input.dim()) + "-D input, but " + mode +
+                                      " mode needs " + std::to_string(rank) + "-D input: " + describe(input));
   require_floating(op, input);
-  const bool linear = mode == "linear" || mode == "bilinear";
-  if (!linear && options.align_corners.has_value())
+  if (!interpolating && options.align_corners.has_value())
     throw Error(ErrorKind::value, std::string(op) + ": align_corners can only be set with the interpolating modes "
-                                      "(linear, bilinear), not with " + mode);
+                                      "(linear, bilinear, bicubic, trilinear), not with " + mode);
   const bool has_size = !options.size.empty(), has_scale = !options.scale_factor.empty();
   if (has_size == has_scale)
     throw Error(ErrorKind::value, std::string(op) + (has_size ? ": only one of size or scale_factor may be given"
@@ -104,41 +126,49 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options) {
   if (given != 1 && given != spatial)
     throw Error(ErrorKind::shape, std::string(op) + ": " + (has_size ? "size" : "scale_factor") + " must have 1 or " +
                                       std::to_string(spatial) + " values for the " + std::to_string(spatial) +
-                                      " spatial dims of " + describe(input) + ", got " + std::to_string(given));
-  std::vector<std::int64_t> out_size(spatial);
-  std::vector<double> scales(spatial, 0.0);  // 0: none (the kernels use in / out)
+                                      " spatial dims of " + describe(input) + " in " + mode + " mode, got " +
+                                      std::to_string(given));
+  // Output sizes and user scales of D, H, W; the dims a 3-D or 4-D input lacks stay 1 -> 1.
+  std::int64_t out_size[3] = {1, 1, 1};
+  double scales[3] = {0, 0, 0};  // 0: none (the kernels use in / out)
+  const std::size_t first = 3 - spatial;
   for (std::size_t d = 0; d < spatial; ++d) {
     const std::int64_t in = input.size(static_cast<std::int64_t>(d) + 2);
     if (has_size) {
-      out_size[d] = options.size[given == 1 ? 0 : d];
+      out_size[first + d] = options.size[given == 1 ? 0 : d];
     } else {
       const double s = options.scale_factor[given == 1 ? 0 : d];
       if (!(s > 0) || !std::isfinite(s))
         throw Error(ErrorKind::value, std::string(op) + ": scale_factor must be positive and finite, got " +
                                           list_text(options.scale_factor));
-      out_size[d] = static_cast<std::int64_t>(std::floor(static_cast<double>(in) * s));  // PyTorch's rounding
-      if (!options.recompute_scale_factor.value_or(false)) scales[d] = s;
+      out_size[first + d] = static_cast<std::int64_t>(std::floor(static_cast<double>(in) * s));  // PyTorch's rounding
+      if (!options.recompute_scale_factor.value_or(false)) scales[first + d] = s;
     }
-    if (in <= 0 || out_size[d] <= 0)
+    if (in <= 0 || out_size[first + d] <= 0)
       throw Error(ErrorKind::value, std::string(op) + ": input and output sizes must be greater than 0, got input " +
                                         describe(input) + " and output spatial size " +
-                                        std::to_string(out_size[d]) + " in spatial dim " + std::to_string(d));
+                                        std::to_string(out_size[first + d]) + " in spatial dim " + std::to_string(d));
   }
   if (mode == "area") {  // PyTorch's area mode is adaptive average pooling to the output size
-    if (spatial == 1) return adaptive_avg_pool1d(input, out_size[0]);
-    return adaptive_avg_pool2d(input, {out_size[0], out_size[1]});
+    if (spatial == 1) return adaptive_avg_pool1d(input, out_size[2]);
+    if (spatial == 2) return adaptive_avg_pool2d(input, {out_size[1], out_size[2]});
+    return area_3d(input, out_size[0], out_size[1], out_size[2]);
   }
-  backend::Upsample2d g;
-  g.mode = linear ? backend::UpsampleMode::linear : backend::UpsampleMode::nearest;
-  g.align_corners = linear && options.align_corners.value_or(false);
-  if (spatial == 1) {
-    g.scale_factor_w = scales[0];
-    Tensor out = resample(input.unsqueeze(2), g, 1, out_size[0]);
-    return out.squeeze(2);
-  }
-  g.scale_factor_h = scales[0];
-  g.scale_factor_w = scales[1];
-  return resample(input, g, out_size[0], out_size[1]);
+  backend::Upsample g;
+  g.mode = mode == "nearest"         ? backend::UpsampleMode::nearest
+           : mode == "nearest-exact" ? backend::UpsampleMode::nearest_exact
+           : mode == "bicubic"       ? backend::UpsampleMode::cubic
+                                     : backend::UpsampleMode::linear;
+  g.align_corners = interpolating && options.align_corners.value_or(false);
+  g.scale_factor_d = scales[0];
+  g.scale_factor_h = scales[1];
+  g.scale_factor_w = scales[2];
+  Shape volume = {input.size(0), input.size(1), 1, 1, 1};
+  for (std::size_t d = 0; d < spatial; ++d) volume[first + d + 2] = input.size(static_cast<std::int64_t>(d) + 2);
+  Tensor out = resample(input.reshape(volume), g, out_size[0], out_size[1], out_size[2]);
+  Shape result = {input.size(0), input.size(1)};
+  for (std::size_t d = 0; d < spatial; ++d) result.push_back(out_size[first + d]);
+  return out.reshape(result);
 }
 
 }  // namespace brrr

@@ -13,7 +13,7 @@ namespace brrr::backend {
 
 namespace {
 void check_operands(const char* what, const Operand& big, const Operand& small) {
-  if (big.ndim != 4 || small.ndim != 4 || big.dtype != small.dtype || !is_floating_point(big.dtype) ||
+  if (big.ndim != 5 || small.ndim != 5 || big.dtype != small.dtype || !is_floating_point(big.dtype) ||
       big.sizes[0] != small.sizes[0] || big.sizes[1] != small.sizes[1] || big.device != small.device)
     throw Error(ErrorKind::value, std::string("CudaBackend::") + what + ": invalid operands (" +
                                       std::to_string(big.ndim) + "-d " + to_string(big.dtype) + ", " +
@@ -21,14 +21,14 @@ void check_operands(const char* what, const Operand& big, const Operand& small) 
 }
 }  // namespace
 
-void CudaBackend::upsample(const Operand& out, const Operand& in, const Upsample2d& g) {
+void CudaBackend::upsample(const Operand& out, const Operand& in, const Upsample& g) {
   check_operands("upsample", out, in);
   if (out.numel == 0) return;
   DeviceGuard guard(out.device);
   BRRR_CUDA_CHECK(kernels::upsample(out, in, g, current_stream(out.device)->handle));
 }
 
-void CudaBackend::upsample_backward(const Operand& grad_in, const Operand& grad_out, const Upsample2d& g) {
+void CudaBackend::upsample_backward(const Operand& grad_in, const Operand& grad_out, const Upsample& g) {
   check_operands("upsample_backward", grad_out, grad_in);
   if (grad_in.dtype != DType::f32 && grad_in.dtype != DType::f64)
     throw Error(ErrorKind::dtype, std::string("CudaBackend::upsample_backward: f32/f64 gradients only, got ") +

@@ -242,10 +242,10 @@ int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, 
 
 namespace brrr::kernels {
 
-/// The contract's upsample: contiguous [N, C, H, W] in -> [N, C, OH, OW] out, one floating dtype.
-int upsample(const Operand& out, const Operand& in, const backend::Upsample2d& g, void* stream);
+/// The contract's upsample: contiguous [N, C, D, H, W] in -> [N, C, OD, OH, OW] out, one floating dtype.
+int upsample(const Operand& out, const Operand& in, const backend::Upsample& g, void* stream);
 /// The contract's upsample_backward (f32/f64): atomic adds into the zeroed grad_in.
-int upsample_backward(const Operand& grad_in, const Operand& grad_out, const backend::Upsample2d& g, void* stream);
+int upsample_backward(const Operand& grad_in, const Operand& grad_out, const backend::Upsample& g, void* stream);
 /// The contract's poisson (contiguous operands); a negative or NaN rate writes NaN and stores
 /// `error_code` into error_flag (the deferred device error).
 int poisson(const Operand& out, const Operand& rates, std::uint64_t seed, std::uint64_t offset, int* error_flag,

@@ -1,5 +1,6 @@
 // interpolate, nn::Upsample, mode, poisson and the in-place scatter family on cuda:0 against
-// the CPU on the same inputs: every mode with size / scale_factor / align_corners in every
+// the CPU on the same inputs: every mode (nearest, nearest-exact, linear, bilinear, bicubic,
+// trilinear on 3-D, 4-D and 5-D inputs) with size / scale_factor / align_corners in every
 // floating dtype, non-contiguous inputs, up- and downsampling, gradients (the CUDA backward
 // adds with atomics: the scatter tolerance row); mode's values and indices equal to the CPU's
 // (both sorts are stable); poisson's samples equal to the CPU's for the same seed, at every
@@ -49,26 +50,44 @@ TEST_CASE("gpu interpolate: every mode, size or scale_factor, align_corners, dty
   struct Case {
     const char* name;
     InterpolateOptions o;
-    bool four_d;
+    int rank;
   };
   const Case cases[] = {
-      {"nearest up", {.size = {61, 97}}, true},
-      {"nearest down", {.size = {7, 5}}, true},
-      {"nearest scale 2.2", {.scale_factor = {2.2}}, true},
-      {"nearest scale (1.7, 0.6)", {.scale_factor = {1.7, 0.6}}, true},
-      {"bilinear up", {.size = {61, 97}, .mode = "bilinear"}, true},
-      {"bilinear up align", {.size = {61, 97}, .mode = "bilinear", .align_corners = true}, true},
-      {"bilinear down", {.size = {7, 5}, .mode = "bilinear"}, true},
-      {"bilinear scale", {.scale_factor = {1.7, 0.6}, .mode = "bilinear"}, true},
-      {"bilinear recompute", {.scale_factor = {1.7, 0.6}, .mode = "bilinear", .recompute_scale_factor = true}, true},
-      {"nearest 3-d", {.scale_factor = {2.5}}, false},
-      {"linear", {.size = {301}, .mode = "linear"}, false},
-      {"linear align", {.size = {301}, .mode = "linear", .align_corners = true}, false},
-      {"linear down", {.size = {13}, .mode = "linear"}, false},
+      {"nearest up", {.size = {61, 97}}, 4},
+      {"nearest down", {.size = {7, 5}}, 4},
+      {"nearest scale 2.2", {.scale_factor = {2.2}}, 4},
+      {"nearest scale (1.7, 0.6)", {.scale_factor = {1.7, 0.6}}, 4},
+      {"bilinear up", {.size = {61, 97}, .mode = "bilinear"}, 4},
+      {"bilinear up align", {.size = {61, 97}, .mode = "bilinear", .align_corners = true}, 4},
+      {"bilinear down", {.size = {7, 5}, .mode = "bilinear"}, 4},
+      {"bilinear scale", {.scale_factor = {1.7, 0.6}, .mode = "bilinear"}, 4},
+      {"bilinear recompute", {.scale_factor = {1.7, 0.6}, .mode = "bilinear", .recompute_scale_factor = true}, 4},
+      {"nearest 3-d", {.scale_factor = {2.5}}, 3},
+      {"linear", {.size = {301}, .mode = "linear"}, 3},
+      {"linear align", {.size = {301}, .mode = "linear", .align_corners = true}, 3},
+      {"linear down", {.size = {13}, .mode = "linear"}, 3},
+      {"nearest-exact up", {.size = {61, 97}, .mode = "nearest-exact"}, 4},
+      {"nearest-exact down", {.size = {7, 5}, .mode = "nearest-exact"}, 4},
+      {"nearest-exact scale (1.7, 0.6)", {.scale_factor = {1.7, 0.6}, .mode = "nearest-exact"}, 4},
+      {"nearest-exact 3-d", {.scale_factor = {2.5}, .mode = "nearest-exact"}, 3},
+      {"bicubic up", {.size = {41, 53}, .mode = "bicubic"}, 4},  // ~50 atomic adds per input gradient
+      {"bicubic up align", {.size = {41, 53}, .mode = "bicubic", .align_corners = true}, 4},
+      {"bicubic down", {.size = {7, 5}, .mode = "bicubic"}, 4},
+      {"bicubic down align", {.size = {7, 5}, .mode = "bicubic", .align_corners = true}, 4},
+      {"bicubic scale", {.scale_factor = {1.7, 0.6}, .mode = "bicubic"}, 4},
+      {"bicubic to 1", {.size = {1, 3}, .mode = "bicubic"}, 4},
+      {"trilinear up", {.size = {15, 19, 23}, .mode = "trilinear"}, 5},
+      {"trilinear up align", {.size = {15, 19, 23}, .mode = "trilinear", .align_corners = true}, 5},
+      {"trilinear down", {.size = {4, 5, 3}, .mode = "trilinear"}, 5},
+      {"trilinear scale", {.scale_factor = {1.5, 0.7, 2.3}, .mode = "trilinear"}, 5},
+      {"nearest 5-d", {.scale_factor = {1.5, 0.7, 2.3}}, 5},
+      {"nearest-exact 5-d", {.size = {17, 5, 29}, .mode = "nearest-exact"}, 5},
+      {"area 5-d", {.size = {4, 5, 3}, .mode = "area"}, 5},
   };
   for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
     for (const Case& c : cases) {
-      Tensor x = randn(c.four_d ? Shape{3, 5, 23, 31} : Shape{3, 5, 101}, {.dtype = DType::f64}).to(dt);
+      const Shape shape = c.rank == 3 ? Shape{3, 5, 101} : c.rank == 4 ? Shape{3, 5, 23, 31} : Shape{2, 3, 9, 11, 13};
+      Tensor x = randn(shape, {.dtype = DType::f64}).to(dt);
       const bool grads = dt == DType::f32 || dt == DType::f64;
       auto f = [o = c.o](const In& i) { return interpolate(i[0], o); };
       parity(std::string(c.name) + " " + to_string(dt), f, {x}, grads);
@@ -78,6 +97,10 @@ TEST_CASE("gpu interpolate: every mode, size or scale_factor, align_corners, dty
   // A large input (more elements than one grid's threads: the grid-stride loop).
   parity("bilinear large", [](const In& i) { return interpolate(i[0], {.scale_factor = {2}, .mode = "bilinear"}); },
          {randn({8, 64, 128, 128})});
+  parity("bicubic large", [](const In& i) { return interpolate(i[0], {.scale_factor = {2}, .mode = "bicubic"}); },
+         {randn({8, 64, 128, 128})});
+  parity("trilinear large", [](const In& i) { return interpolate(i[0], {.scale_factor = {2}, .mode = "trilinear"}); },
+         {randn({2, 16, 32, 64, 64})});
   nn::Upsample up({.scale_factor = {2}, .mode = "bilinear", .align_corners = true});
   Tensor x = randn({2, 3, 8, 8});
   test::check_parity(up(x.to(gpu())), up(x), "nn::Upsample", tol(DType::f32));

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes tests/ops/resample_mode.safetensors: PyTorch's values and gradients for interpolate
-(nearest, linear, bilinear, area; size, scale_factor, align_corners, recompute_scale_factor), mode
+(nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area on 3-D, 4-D and 5-D inputs;
+size, scale_factor, align_corners, recompute_scale_factor), mode
 and the in-place scatter family (tests/ops/test_resample_mode.cpp replays it). Run on a
 developer's machine with torch from PyPI (never a dependency of the build or of ctest);
-deterministic (seeded). Layout as make_math_fixtures.py's: NAME/x0.. inputs (f64), NAME/out,
+deterministic (seeded; new cases go at the end so that the earlier ones keep their random
+inputs). Layout as make_math_fixtures.py's: NAME/x0.. inputs (f64), NAME/out,
 and for differentiable cases NAME/up and NAME/g0...
     python3 tests/ops/make_resample_mode_fixtures.py
 """
@@ -102,6 +104,49 @@ case("area_down", lambda a: I(a, size=(3, 2), mode="area"), [randn(2, 3, 7, 5)])
 case("area_up", lambda a: I(a, size=(6, 8), mode="area"), [randn(1, 2, 4, 5)])
 case("area_scale", lambda a: I(a, scale_factor=(0.5, 0.7), mode="area"), [randn(2, 2, 8, 9)])
 case("area_3d", lambda a: I(a, size=4, mode="area"), [randn(2, 3, 10)])
+# --- interpolate: nearest-exact (3-D, 4-D, 5-D), bicubic (4-D), trilinear and nearest (5-D), area (5-D)
+x4 = randn(2, 3, 4, 5)
+x5 = randn(2, 2, 3, 4, 5)
+case("nearest_exact_size_up", lambda a: I(a, size=(7, 9), mode="nearest-exact"), [x4])
+case("nearest_exact_size_down", lambda a: I(a, size=(3, 2), mode="nearest-exact"), [x4])
+case("nearest_exact_scale_2_2", lambda a: I(a, scale_factor=2.2, mode="nearest-exact"), [x4])
+case("nearest_exact_scale_1_7", lambda a: I(a, scale_factor=(1.7, 0.6), mode="nearest-exact"), [x4])
+case("nearest_exact_recompute", lambda a: I(a, scale_factor=(1.7, 0.6), mode="nearest-exact", recompute_scale_factor=True), [x4])
+case("nearest_exact_to_1", lambda a: I(a, size=(1, 1), mode="nearest-exact"), [x4])
+case("nearest_exact_3d", lambda a: I(a, scale_factor=1.5, mode="nearest-exact"), [randn(2, 3, 6)])
+case("nearest_exact_3d_down", lambda a: I(a, size=4, mode="nearest-exact"), [randn(2, 3, 11)])
+case("nearest_exact_5d_size", lambda a: I(a, size=(5, 3, 8), mode="nearest-exact"), [x5])
+case("nearest_exact_5d_scale", lambda a: I(a, scale_factor=(1.5, 0.7, 2.3), mode="nearest-exact"), [x5])
+case("nearest_5d_size", lambda a: I(a, size=(5, 3, 8)), [x5])
+case("nearest_5d_scale", lambda a: I(a, scale_factor=(1.5, 0.7, 2.3)), [x5])
+case("nearest_5d_double", lambda a: I(a, scale_factor=2), [x5])
+for ac in (False, True):
+    s = "ac" if ac else "noac"
+    case(f"bicubic_size_up_{s}", lambda a, ac=ac: I(a, size=(7, 9), mode="bicubic", align_corners=ac), [x4])
+    case(f"bicubic_size_down_{s}", lambda a, ac=ac: I(a, size=(3, 2), mode="bicubic", align_corners=ac), [x4])
+    case(f"bicubic_far_down_{s}", lambda a, ac=ac: I(a, size=(3, 4), mode="bicubic", align_corners=ac), [randn(1, 2, 10, 13)])
+    case(f"bicubic_scale_{s}", lambda a, ac=ac: I(a, scale_factor=(1.7, 0.6), mode="bicubic", align_corners=ac), [x4])
+    case(f"bicubic_scale_2_5_{s}", lambda a, ac=ac: I(a, scale_factor=2.5, mode="bicubic", align_corners=ac), [x4])
+    case(f"bicubic_to_1_{s}", lambda a, ac=ac: I(a, size=(1, 3), mode="bicubic", align_corners=ac), [x4])
+    case(f"bicubic_from_1_{s}", lambda a, ac=ac: I(a, size=(3, 4), mode="bicubic", align_corners=ac), [randn(1, 2, 1, 1)])
+    case(f"bicubic_row_{s}", lambda a, ac=ac: I(a, size=(4, 3), mode="bicubic", align_corners=ac), [randn(1, 2, 1, 5)])
+    case(f"trilinear_size_up_{s}", lambda a, ac=ac: I(a, size=(5, 6, 9), mode="trilinear", align_corners=ac), [x5])
+    case(f"trilinear_size_down_{s}", lambda a, ac=ac: I(a, size=(2, 3, 2), mode="trilinear", align_corners=ac), [x5])
+    case(f"trilinear_scale_{s}", lambda a, ac=ac: I(a, scale_factor=(1.5, 0.7, 2.3), mode="trilinear", align_corners=ac), [x5])
+    case(f"trilinear_to_1_{s}", lambda a, ac=ac: I(a, size=(1, 1, 2), mode="trilinear", align_corners=ac), [x5])
+    case(f"trilinear_from_1_{s}", lambda a, ac=ac: I(a, size=(3, 2, 4), mode="trilinear", align_corners=ac), [randn(1, 2, 1, 1, 3)])
+case("bicubic_same_size", lambda a: I(a, size=(4, 5), mode="bicubic"), [x4])
+case("bicubic_recompute", lambda a: I(a, scale_factor=(1.7, 0.6), mode="bicubic", recompute_scale_factor=True), [x4])
+case("bicubic_noncontig", lambda a: I(a.transpose(2, 3), size=(8, 6), mode="bicubic"), [x4])
+# PyTorch's bicubic backward copies when the sizes match even if the scale is not 1 (not the
+# adjoint of its forward): values only.
+case("bicubic_same_size_scale", lambda a: I(a, scale_factor=1.1, mode="bicubic"), [x4], grad=False)
+# Linear modes are the identity when out == in, whatever the scale (compute_source_index_and_lambda).
+case("bilinear_same_size_scale", lambda a: I(a, scale_factor=(1.1, 0.9), mode="bilinear"), [randn(1, 2, 4, 10)])
+case("trilinear_recompute", lambda a: I(a, scale_factor=(1.5, 0.7, 2.3), mode="trilinear", recompute_scale_factor=True), [x5])
+case("trilinear_noncontig", lambda a: I(a.permute(0, 1, 4, 3, 2), size=(4, 3, 5), mode="trilinear"), [x5])
+case("area_5d_down", lambda a: I(a, size=(2, 3, 2), mode="area"), [randn(2, 2, 5, 7, 6)])
+case("area_5d_up", lambda a: I(a, size=(4, 5, 3), mode="area"), [randn(1, 2, 3, 2, 3)])
 T["masks/m"] = mask.contiguous()
 T["masks/idx"] = idx.contiguous()
 

@@ -1,6 +1,7 @@
-// interpolate, nn::Upsample, mode, poisson and the in-place scatter family on the CPU: values
-// and gradients against PyTorch (fixtures of tests/ops/make_resample_mode_fixtures.py,
-// non-contiguous inputs, ties, -0.0, NaN/inf), gradcheck, the in-place rules (version
+// interpolate (every mode: nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area on
+// 3-D, 4-D and 5-D inputs), nn::Upsample, mode, poisson and the in-place scatter family on the
+// CPU: values and gradients against PyTorch (fixtures of
+// tests/ops/make_resample_mode_fixtures.py, non-contiguous inputs, ties, -0.0, NaN/inf), gradcheck, the in-place rules (version
 // counter, leaves, views), the errors, and poisson's determinism (a function of seed, offset
 // and element) and statistics (mean, variance and the probabilities of small counts within
 // six standard errors, at a fixed seed and at a fresh one).
@@ -90,6 +91,119 @@ TEST_CASE("interpolate against PyTorch: nearest, linear, bilinear, area; size, s
                    ErrorKind::value, "align_corners");
 }
 
+TEST_CASE("interpolate against PyTorch: nearest-exact, bicubic, trilinear, 5-D nearest and area") {
+  auto with = [](InterpolateOptions o) { return [o](const In& x) { return interpolate(x[0], o); }; };
+  for (DType dt : {DType::f64, DType::f32}) {
+    // f32: positions and weights in f32; bicubic sums 16 products with weights up to 1.2.
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    const std::string ne = "nearest-exact";
+    replay("nearest_exact_size_up", with({.size = {7, 9}, .mode = ne}), dt, tol);
+    replay("nearest_exact_size_down", with({.size = {3, 2}, .mode = ne}), dt, tol);
+    replay("nearest_exact_scale_2_2", with({.scale_factor = {2.2}, .mode = ne}), dt, tol);
+    replay("nearest_exact_scale_1_7", with({.scale_factor = {1.7, 0.6}, .mode = ne}), dt, tol);
+    replay("nearest_exact_recompute", with({.scale_factor = {1.7, 0.6}, .mode = ne, .recompute_scale_factor = true}),
+           dt, tol);
+    replay("nearest_exact_to_1", with({.size = {1, 1}, .mode = ne}), dt, tol);
+    replay("nearest_exact_3d", with({.scale_factor = {1.5}, .mode = ne}), dt, tol);
+    replay("nearest_exact_3d_down", with({.size = {4}, .mode = ne}), dt, tol);
+    replay("nearest_exact_5d_size", with({.size = {5, 3, 8}, .mode = ne}), dt, tol);
+    replay("nearest_exact_5d_scale", with({.scale_factor = {1.5, 0.7, 2.3}, .mode = ne}), dt, tol);
+    replay("nearest_5d_size", with({.size = {5, 3, 8}}), dt, tol);
+    replay("nearest_5d_scale", with({.scale_factor = {1.5, 0.7, 2.3}}), dt, tol);
+    replay("nearest_5d_double", with({.scale_factor = {2}}), dt, tol);
+    for (bool ac : {false, true}) {
+      const std::string s = ac ? "ac" : "noac";
+      auto cubic = [&](std::vector<std::int64_t> size) {
+        return with({.size = std::move(size), .mode = "bicubic", .align_corners = ac});
+      };
+      auto cubic_scale = [&](std::vector<double> scale) {
+        return with({.scale_factor = std::move(scale), .mode = "bicubic", .align_corners = ac});
+      };
+      replay("bicubic_size_up_" + s, cubic({7, 9}), dt, tol);
+      replay("bicubic_size_down_" + s, cubic({3, 2}), dt, tol);
+      replay("bicubic_far_down_" + s, cubic({3, 4}), dt, tol);
+      replay("bicubic_scale_" + s, cubic_scale({1.7, 0.6}), dt, tol);
+      replay("bicubic_scale_2_5_" + s, cubic_scale({2.5}), dt, tol);
+      replay("bicubic_to_1_" + s, cubic({1, 3}), dt, tol);
+      replay("bicubic_from_1_" + s, cubic({3, 4}), dt, tol);
+      replay("bicubic_row_" + s, cubic({4, 3}), dt, tol);
+      auto tri = [&](std::vector<std::int64_t> size) {
+        return with({.size = std::move(size), .mode = "trilinear", .align_corners = ac});
+      };
+      replay("trilinear_size_up_" + s, tri({5, 6, 9}), dt, tol);
+      replay("trilinear_size_down_" + s, tri({2, 3, 2}), dt, tol);
+      replay("trilinear_scale_" + s,
+             with({.scale_factor = {1.5, 0.7, 2.3}, .mode = "trilinear", .align_corners = ac}), dt, tol);
+      replay("trilinear_to_1_" + s, tri({1, 1, 2}), dt, tol);
+      replay("trilinear_from_1_" + s, tri({3, 2, 4}), dt, tol);
+    }
+    replay("bicubic_same_size", with({.size = {4, 5}, .mode = "bicubic"}), dt, tol);
+    replay("bicubic_recompute", with({.scale_factor = {1.7, 0.6}, .mode = "bicubic", .recompute_scale_factor = true}),
+           dt, tol);
+    replay("bicubic_noncontig", [](const In& x) {
+      return interpolate(x[0].transpose(2, 3), {.size = {8, 6}, .mode = "bicubic"});
+    }, dt, tol);
+    // Values only: PyTorch's bicubic backward copies when the sizes match even where the
+    // forward used a scale other than 1; brrr's backward is the forward's adjoint.
+    replay("bicubic_same_size_scale", with({.scale_factor = {1.1}, .mode = "bicubic"}), dt, tol);
+    replay("bilinear_same_size_scale", with({.scale_factor = {1.1, 0.9}, .mode = "bilinear"}), dt, tol);
+    replay("trilinear_recompute",
+           with({.scale_factor = {1.5, 0.7, 2.3}, .mode = "trilinear", .recompute_scale_factor = true}), dt, tol);
+    replay("trilinear_noncontig", [](const In& x) {
+      return interpolate(x[0].permute({0, 1, 4, 3, 2}), {.size = {4, 3, 5}, .mode = "trilinear"});
+    }, dt, tol);
+    replay("area_5d_down", with({.size = {2, 3, 2}, .mode = "area"}), dt, tol);
+    replay("area_5d_up", with({.size = {4, 5, 3}, .mode = "area"}), dt, tol);
+  }
+}
+
+TEST_CASE("interpolate: bicubic and trilinear gradcheck, second order, 16-bit dtypes, infinities") {
+  std::mt19937_64 rng(17);
+  for (bool ac : {false, true}) {
+    test::check_gradients([ac](const In& i) {
+      return In{interpolate(i[0], {.size = {7, 3}, .mode = "bicubic", .align_corners = ac})};
+    }, {{1, 2, 4, 5}}, rng);
+    test::check_gradients([ac](const In& i) {
+      return In{interpolate(i[0], {.scale_factor = {1.6, 0.7}, .mode = "bicubic", .align_corners = ac})};
+    }, {{2, 1, 3, 6}}, rng);
+    test::check_gradients([ac](const In& i) {
+      return In{interpolate(i[0], {.size = {4, 2, 5}, .mode = "trilinear", .align_corners = ac})};
+    }, {{1, 2, 3, 4, 3}}, rng);
+    test::check_gradients([ac](const In& i) {
+      return In{interpolate(i[0], {.scale_factor = {1.5, 0.6, 2.2}, .mode = "trilinear", .align_corners = ac})};
+    }, {{2, 1, 2, 5, 3}}, rng);
+  }
+  test::check_gradients([](const In& i) { return In{interpolate(i[0], {.size = {5, 2, 7}, .mode = "nearest-exact"})}; },
+                        {{1, 2, 3, 4, 3}}, rng);
+  test::check_gradients([](const In& i) { return In{interpolate(i[0], {.size = {3, 2, 4}, .mode = "area"})}; },
+                        {{1, 2, 5, 4, 6}}, rng);
+  // The bicubic adjoint records the forward as its backward: double backward.
+  CHECK(autograd::gradcheck(
+      [](const In& i) {
+        GradModeGuard on(true);
+        Tensor y = interpolate(i[0], {.size = {6, 7}, .mode = "bicubic"});
+        return sum(mul(autograd::grad({sum(mul(y, y))}, {i[0]}, {}, true, true)[0], i[0]));
+      },
+      {randn({1, 1, 3, 4}, {.dtype = DType::f64})}));
+  Tensor x4 = randn({2, 3, 5, 4}, {.dtype = DType::f64}), x5 = randn({2, 2, 3, 5, 4}, {.dtype = DType::f64});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    // Within the input's rounding times the weights' absolute sum (<= 1.6 for bicubic).
+    const double tol = dt == DType::bf16 ? 4e-2 : 6e-3;
+    InterpolateOptions cubic{.size = {9, 7}, .mode = "bicubic"}, tri{.size = {5, 3, 7}, .mode = "trilinear"};
+    CHECK(testing::allclose(interpolate(x4.to(dt), cubic).to(DType::f64), interpolate(x4, cubic),
+                            {.rtol = tol, .atol = tol}));
+    CHECK(testing::allclose(interpolate(x5.to(dt), tri).to(DType::f64), interpolate(x5, tri), {.rtol = tol, .atol = tol}));
+  }
+  // A 4-D input's missing depth is one tap of weight 1: infinities and NaN stay where they are.
+  Tensor special = Tensor::from_vector(V{INFINITY, 1, 2, 3}, {1, 1, 1, 4});
+  CHECK(test::values(interpolate(special, {.size = {1, 4}, .mode = "bilinear"})) == V{INFINITY, 1, 2, 3});
+  CHECK(test::values(interpolate(special, {.size = {1, 4}, .mode = "nearest-exact"})) == V{INFINITY, 1, 2, 3});
+  CHECK(interpolate(zeros({0, 2, 3, 4, 5}), {.size = {2, 2, 2}, .mode = "trilinear"}).shape() == Shape{0, 2, 2, 2, 2});
+  nn::Upsample up({.size = {4, 6, 8}, .mode = "trilinear", .align_corners = true});
+  CHECK(testing::allclose(up(x5), interpolate(x5, {.size = {4, 6, 8}, .mode = "trilinear", .align_corners = true})));
+  CHECK(up.to_string() == "Upsample(size=(4, 6, 8), mode='trilinear', align_corners=true)");
+}
+
 TEST_CASE("interpolate: 16-bit dtypes, gradcheck, second order, zero batch, nn::Upsample") {
   Tensor x = randn({2, 3, 5, 4}, {.dtype = DType::f64});
   for (DType dt : {DType::bf16, DType::f16}) {
@@ -132,7 +246,26 @@ TEST_CASE("interpolate: 16-bit dtypes, gradcheck, second order, zero batch, nn::
 
 TEST_CASE("interpolate errors name the op and the offending shapes and options") {
   Tensor x4 = randn({1, 2, 3, 4}), x3 = randn({1, 2, 3});
-  CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2}, .mode = "bicubic"}), ErrorKind::value, "interpolate: mode");
+  Tensor x5 = randn({1, 2, 3, 4, 5});
+  CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2}, .mode = "lanczos"}), ErrorKind::value, "interpolate: mode",
+                   "nearest-exact", "bicubic", "trilinear", "lanczos");
+  CHECK_BRRR_ERROR(interpolate(x3, {.size = {2}, .mode = "bicubic"}), ErrorKind::shape, "interpolate",
+                   "bicubic mode needs 4-D", "[1, 2, 3]");
+  CHECK_BRRR_ERROR(interpolate(x5, {.size = {2, 2, 2}, .mode = "bicubic"}), ErrorKind::shape, "bicubic mode needs 4-D",
+                   "[1, 2, 3, 4, 5]");
+  CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2}, .mode = "trilinear"}), ErrorKind::shape,
+                   "trilinear mode needs 5-D", "[1, 2, 3, 4]");
+  CHECK_BRRR_ERROR(interpolate(x5, {.size = {2, 2, 2}, .mode = "bilinear"}), ErrorKind::shape, "bilinear mode needs 4-D");
+  CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2}, .mode = "nearest-exact", .align_corners = true}), ErrorKind::value,
+                   "align_corners", "nearest-exact");
+  CHECK_BRRR_ERROR(interpolate(x5, {.size = {2, 2}, .mode = "trilinear"}), ErrorKind::shape,
+                   "size must have 1 or 3 values", "[1, 2, 3, 4, 5]", "trilinear");
+  CHECK_BRRR_ERROR(interpolate(x5, {.scale_factor = {2, 2}, .mode = "nearest"}), ErrorKind::shape,
+                   "scale_factor must have 1 or 3 values");
+  CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2, 2}, .mode = "bicubic"}), ErrorKind::shape,
+                   "size must have 1 or 2 values", "bicubic");
+  CHECK_BRRR_ERROR(interpolate(randn({1, 1, 2, 2, 2, 2}), {.size = {2}}), ErrorKind::shape, "interpolate",
+                   "[1, 1, 2, 2, 2, 2]");
   CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2}, .mode = "linear"}), ErrorKind::shape, "linear mode needs 3-D");
   CHECK_BRRR_ERROR(interpolate(x3, {.size = {2}, .mode = "bilinear"}), ErrorKind::shape, "bilinear mode needs 4-D");
   CHECK_BRRR_ERROR(interpolate(randn({2, 3}), {.size = {2}}), ErrorKind::shape, "[2, 3]");
