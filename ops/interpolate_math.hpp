@@ -129,4 +129,25 @@ template <class T> struct Axis {
   }
 };
 
+/// The resampled value of one output position from the volume xp [*, ih, iw] (contiguous)
+/// and the taps of its three dims: sum_a wd[a] sum_b wh[b] sum_c ww[c] x[d_a, h_b, w_c] in the
+/// compute type C, the innermost sum first and each sum started from its first term, the
+/// order both backends share (so linear rounds as (1 - w) x0 + w x1).
+template <class C, class T>
+BRRR_HD C resample_at(const T* xp, std::int64_t ih, std::int64_t iw, const Taps<C>& td, const Taps<C>& th,
+                      const Taps<C>& tw) {
+  C vd = 0;
+  for (int a = 0; a < td.n; ++a) {
+    C vh = 0;
+    for (int b = 0; b < th.n; ++b) {
+      const T* r = xp + (td.index[a] * ih + th.index[b]) * iw;
+      C vw = tw.weight[0] * backend::load(r[tw.index[0]]);
+      for (int c = 1; c < tw.n; ++c) vw += tw.weight[c] * backend::load(r[tw.index[c]]);
+      vh = b == 0 ? th.weight[0] * vw : vh + th.weight[b] * vw;
+    }
+    vd = a == 0 ? td.weight[0] * vh : vd + td.weight[a] * vh;
+  }
+  return vd;
+}
+
 }  // namespace brrr::interpolate_math

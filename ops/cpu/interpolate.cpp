@@ -74,21 +74,9 @@ void CpuBackend::upsample(const Operand& out, const Operand& in, const Upsample&
                 for (std::int64_t xo = 0; xo < t.ow; ++xo) orow[xo] = r[t.w[static_cast<std::size_t>(xo)].index[0]];
                 continue;
               }
-              for (std::int64_t xo = 0; xo < t.ow; ++xo) {
-                const auto& tw = t.w[static_cast<std::size_t>(xo)];
-                C vd = 0;
-                for (int a = 0; a < td.n; ++a) {
-                  C vh = 0;
-                  for (int b = 0; b < th.n; ++b) {
-                    const T* r = xp + (td.index[a] * t.ih + th.index[b]) * t.iw;
-                    C vw = tw.weight[0] * load(r[tw.index[0]]);
-                    for (int c = 1; c < tw.n; ++c) vw += tw.weight[c] * load(r[tw.index[c]]);
-                    vh = b == 0 ? th.weight[0] * vw : vh + th.weight[b] * vw;
-                  }
-                  vd = a == 0 ? td.weight[0] * vh : vd + td.weight[a] * vh;
-                }
-                orow[xo] = narrow_to<T>(vd);
-              }
+              for (std::int64_t xo = 0; xo < t.ow; ++xo)
+                orow[xo] = narrow_to<T>(
+                    interpolate_math::resample_at(xp, t.ih, t.iw, td, th, t.w[static_cast<std::size_t>(xo)]));
             }
           }
         }

@@ -31,18 +31,7 @@ __global__ void upsample_kernel(T* out, const T* in, std::int64_t n, Axes<C> ax)
       out[i] = xp[(td.index[0] * ih + th.index[0]) * iw + tw.index[0]];
       continue;
     }
-    C vd = 0;
-    for (int a = 0; a < td.n; ++a) {
-      C vh = 0;
-      for (int b = 0; b < th.n; ++b) {
-        const T* r = xp + (td.index[a] * ih + th.index[b]) * iw;
-        C vw = tw.weight[0] * load(r[tw.index[0]]);
-        for (int c = 1; c < tw.n; ++c) vw += tw.weight[c] * load(r[tw.index[c]]);
-        vh = b == 0 ? th.weight[0] * vw : vh + th.weight[b] * vw;
-      }
-      vd = a == 0 ? td.weight[0] * vh : vd + td.weight[a] * vh;
-    }
-    out[i] = narrow_to<T>(vd);
+    out[i] = narrow_to<T>(interpolate_math::resample_at(xp, ih, iw, td, th, tw));
   }
 }
 
