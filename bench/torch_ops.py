@@ -252,7 +252,10 @@ def norm_conv(dev, r):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--only", default="", help="run just the workloads whose names contain one of these "
+                    "comma-separated names (as bench_ops --only)")
     args = ap.parse_args()
+    only = [o for o in args.only.split(",") if o]
     if not torch.cuda.is_available():
         print("torch_ops: no CUDA device; nothing to measure")
         return 0
@@ -270,6 +273,8 @@ def main():
     workloads.append(("h2d", lambda: h2d(dev, r)))
     workloads.append(("norm conv", lambda: norm_conv(dev, r)))
     for name, f in workloads:  # one that fails is reported; the others still run
+        if only and not any(o in name for o in only):
+            continue
         try:
             f()
         except Exception as e:  # noqa: BLE001 (report any failure, keep measuring)
