@@ -94,6 +94,10 @@ template <int DMAX> constexpr int kQueriesDkdv = DMAX > 64 ? 16 : 64;
 // K and V fragments in registers (dK/dV) and Q, dO fragments (dq) for DMAX <= 64; the 128
 // variant reads them from shared memory at each use.
 template <int DMAX> constexpr bool kRegs = DMAX <= 64;
+// __launch_bounds__'s resident CTAs per SM for the dq kernel: ptxas left alone puts the 128
+// variant with dropout at 168 registers and spills; asking for 2 CTAs (255) it does not. 0 is
+// "not given" (1 is not: it moves the 64 variant from 150 to 226 registers).
+template <int DMAX> constexpr int kMinBlocksDq = DMAX > 64 ? 2 : 0;
 
 // One [B, H, T, D] operand (last stride 1): base and strides in elements.
 template <class T> struct Heads {
@@ -488,7 +492,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- backward: dq (and delta) -----------------------------------------------------------
 
 template <class T, int DMAX, bool DROP>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     mma_dq_kernel(Heads<T> dq, float* __restrict__ delta, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                   Heads<const T> v, Heads<const T> out, const float* __restrict__ lse, Dims g, float scale,
                   float scale2, bool causal, Dropout drop, bool vec) {
