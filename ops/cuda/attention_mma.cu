@@ -6,8 +6,9 @@
 // scores, the dropout mask is the same Philox words', the backward is deterministic.
 //
 // Tiling. 4 warps (128 threads) per CTA; the CTA owns 64 rows (16 per warp): queries in the
-// forward and dQ kernels, keys in the dK/dV kernel, and loops over tiles of the other side
-// (64 keys; 64 queries in dK/dV, 32 when D > 64). Head dims are padded with zeros to
+// forward and dQ kernels, keys in the dK/dV kernel, and loops over tiles of the other side:
+// 64 keys (forward, dq) and 64 queries (dK/dV), or for D > 64, whose D-wide accumulators take
+// the registers, 32 keys and 16 queries. Head dims are padded with zeros to
 // DMAX = 32, 64 or 128 (any D <= 128; the loads zero-fill). Shared memory holds each tile as
 // [rows][DMAX + 8] 16-bit elements: the 16 bytes of padding put the 8 rows an ldmatrix phase
 // reads in 8 different 4-bank groups (no conflicts). Tiles are loaded with 16-byte cp.async
@@ -23,7 +24,10 @@
 //   dkdv     grid (B*H) x key tiles (most query tiles first), launched after dq. Per query tile:
 //            S^T = K Q^T, dP^T = V dO^T (K, V fragments in registers for D <= 64),
 //            dV += (P o Z)^T dO, dK += dS^T Q. Shared: K, V, 2 x Q, 2 x dO, 2 x lse, 2 x delta.
+// Results go through the warp's own rows of a shared tile (Q, or K and V) to 16-byte stores.
 // No atomics: each output element is written by one thread, summed in a fixed order.
+// Shared memory (bytes, D = 32 / 64 / 128): forward 25600 / 46080 / 52224, dq 30720 / 55296 /
+// 69632, dkdv 31744 / 56320 / 52480. Registers and spills: `-Xptxas -v` (none spill).
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane = 4 g + t, g = groupID,
 // t = threadID_in_group):
@@ -51,13 +55,14 @@
 // w = offset + ((b H + h) L + i) S + j of the Philox stream gives uniform_bits(w, 24) >= float(p),
 // i.e. (w >> 8) >= ceil(float(p) 2^24) (both sides are exact: the same test as the SIMT kernel).
 // A Philox block gives words 4c .. 4c+3, so a run of n consecutive words of a row needs n/4 or
-// n/4 + 1 blocks. Forward and dq (rows = queries, 16 x 64 per warp and key tile): lane l
-// computes the 32-bit keep mask of row l/2, keys 32 (l % 2) .. +31 (8 or 9 blocks; the ideal is
-// 8); the lane owning (g, 2t..) of n-tile nt reads it from lane 2g + nt/4 (and 2(g+8) + nt/4) by
-// shuffles. dK/dV (rows = keys: a query's 16 keys of the warp are 16 consecutive words): lane l
-// computes the 16-bit masks of query columns 2l, 2l+1 (32 columns: column l), 4 or 5 blocks
-// each; the owner of column 8 nt + 2t + e reads them from lane (8 nt + 2t + e) / (columns per
-// lane). The mask is recomputed in each kernel, never stored.
+// n/4 + 1 blocks. Forward and dq (rows = queries, 16 x NK per warp and key tile): lane l
+// computes the keep mask of row l/2, keys (l % 2) NK/2 .. + NK/2 - 1 (for NK = 64: 8 or 9
+// blocks, the ideal being 8); the lane owning (g, 2t..) of n-tile nt reads it from lane
+// 2g + (8 nt >= NK/2) (and 2(g+8) + ...) by shuffles. dK/dV (rows = keys: a query's 16 keys of
+// the warp are 16 consecutive words): for 64 query columns lane l computes the 16-bit masks of
+// columns 2l and 2l+1 (4 or 5 blocks each), for 16 columns lane l the 8 keys 8 (l % 2) .. of
+// column l/2; the owner of column 8 nt + 2t + e reads them by shuffles. The mask is recomputed
+// in each kernel, never stored.
 #include <cmath>
 #include <cstdint>
 #include <limits>
