@@ -382,12 +382,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Calls f.template operator()<T, DMAX>() for the operands' dtype and the smallest of 32, 64,
-// 128 that holds dim.
+// Calls f.template operator()<T, DMAX>() for the operands' dtype (f32, f64: bf16/f16 take
+// attention_mma.cu) and the smallest of 32, 64, 128 that holds dim.
 template <class F> int with_attention_types(DType dtype, int dim, F&& f) {
   int status = static_cast<int>(cudaErrorInvalidValue);
   dispatch(dtype, [&]<class T>(T*) {
-    if constexpr (is_floating<T>) {
+    if constexpr (std::is_floating_point_v<T>) {
       if (dim <= 32) status = f.template operator()<T, 32>();
       else if (dim <= 64) status = f.template operator()<T, 64>();
       else if (dim <= 128) status = f.template operator()<T, 128>();
