@@ -22,7 +22,7 @@
 //            O), written to the workspace for dk/dv. Per key tile: S = Q K^T, P = exp(S - lse),
 //            dP = dO V^T, dS = P o (dP o Z - delta), dQ += dS K. Shared: Q, dO, 2 x K, 2 x V.
 //   dkdv     grid (B*H) x key tiles (most query tiles first), launched after dq. Per query tile:
-//            S^T = K Q^T, dP^T = V dO^T (K, V fragments in registers for D <= 64),
+//            S^T = K Q^T, dP^T = V dO^T (K, V fragments in registers for D <= 64 without dropout),
 //            dV += (P o Z)^T dO, dK += dS^T Q. Shared: K, V, 2 x Q, 2 x dO, 2 x lse, 2 x delta.
 // Results go through the warp's own rows of a shared tile (Q, or K and V) to 16-byte stores.
 // No atomics: each output element is written by one thread, summed in a fixed order.
@@ -96,8 +96,8 @@ template <int DMAX> constexpr int kPitch = DMAX + 8;
 // accumulators): 16 for the 128 variant, else 64.
 template <int DMAX> constexpr int kKeys = DMAX > 64 ? 32 : 64;
 template <int DMAX> constexpr int kQueriesDkdv = DMAX > 64 ? 16 : 64;
-// K and V fragments in registers (dK/dV) and Q, dO fragments (dq) for DMAX <= 64; the 128
-// variant reads them from shared memory at each use.
+// K and V fragments in registers (dK/dV without dropout) and Q, dO fragments (dq) for
+// DMAX <= 64; the 128 variant reads them from shared memory at each use.
 template <int DMAX> constexpr bool kRegs = DMAX <= 64;
 // __launch_bounds__'s resident CTAs per SM for the dq kernel: ptxas left alone puts the 128
 // variant with dropout at 168 registers and spills; asking for 2 CTAs (255) it does not. 0 is
@@ -313,11 +313,16 @@ template <int P, class T> __device__ __forceinline__ void load_a(std::uint32_t (
   ldmatrix_x4(a, rows + (lane & 15) * P + 16 * kk + 8 * (lane >> 4));
 }
 
-// acc (16 x 8 NT) += A (16 x 16 KS) X^T, X = rows [0, 8 NT) x dims [0, 16 KS) of tile x.
+// Whether 16-column block kk of a tile holds a column of [lo, hi) (warp-uniform): blocks
+// without one are all masked for this warp, and their products are skipped.
+__device__ __forceinline__ bool live(int kk, int lo, int hi) { return 16 * kk + 16 > lo && 16 * kk < hi; }
+
+// acc (16 x 8 NT) += A (16 x 16 KS) X^T, X = rows [0, 8 NT) x dims [0, 16 KS) of tile x; the
+// 16-row blocks of x outside [lo, hi) are skipped (their acc columns stay as they are).
 // A from registers (REGS) or from the warp's 16 rows of a tile.
 template <bool REGS, int KS, int NT, int P, class T>
 __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const std::uint32_t (&areg)[REGS ? KS : 1][4],
-                                        const T* arows, const T* x, int lane) {
+                                        const T* arows, const T* x, int lane, int lo, int hi) {
   const T* base = x + ((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1);
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk) {
@@ -330,6 +335,7 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const std::uint32_t
     }
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
+      if (!live(np, lo, hi)) continue;
       std::uint32_t f[4];
       ldmatrix_x4(f, base + 16 * np * P + 16 * kk);
       mma_16816<T>(acc[2 * np], a, f[0], f[1]);
@@ -425,9 +431,11 @@ __global__ void __launch_bounds__(kThreads)
     std::uint32_t keep = 0;  // (before the scores exist: fewer live registers)
     if constexpr (DROP) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
 
+    // Keys this warp can see: causal, none past its last row; none past S.
+    const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);
     float s[NT][4];
     zero(s);
-    mma_abt<true, KS, NT, P>(s, qf, sq, ck, lane);
+    mma_abt<true, KS, NT, P>(s, qf, sq, ck, lane, 0, hi);
 
     // Scale to base-2 units, then mask keys past S and (causal) after the row.
     const bool mask = j0 + NK > g.k_len || (causal && j0 + NK - 1 > iw);
@@ -470,6 +478,7 @@ __global__ void __launch_bounds__(kThreads)
 
 #pragma unroll
     for (int kk = 0; kk < NK / 16; ++kk) {
+      if (!live(kk, 0, hi)) continue;  // P = 0 there
       std::uint32_t a[4];
       acc_to_a<T>(a, s, kk);
       mma_ab<OT, P>(o, a, cv + 16 * kk * P, lane);
@@ -595,11 +604,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     std::uint32_t keep = 0;
     if constexpr (DROP) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
 
+    const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);  // as in the forward
     float s[NT][4], dp[NT][4];
     zero(s);
     zero(dp);
-    mma_abt<REGS, KS, NT, P>(s, qf, my_q, ck, lane);
-    mma_abt<REGS, KS, NT, P>(dp, dof, my_do, cv, lane);
+    mma_abt<REGS, KS, NT, P>(s, qf, my_q, ck, lane, 0, hi);
+    mma_abt<REGS, KS, NT, P>(dp, dof, my_do, cv, lane, 0, hi);
     const bool mask = j0 + NK > g.k_len || (causal && j0 + NK - 1 > iw);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -618,6 +628,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
 
 #pragma unroll
     for (int kk = 0; kk < NK / 16; ++kk) {
+      if (!live(kk, 0, hi)) continue;  // dS = 0 there
       std::uint32_t a[4];
       acc_to_a<T>(a, s, kk);
       mma_ab<OT, P>(acc, a, ck + 16 * kk * P, lane);
@@ -639,7 +650,7 @@ __global__ void __launch_bounds__(kThreads)
                     float scale, float scale2, bool causal, Dropout drop, bool vec) {
   constexpr int BQ = kQueriesDkdv<DMAX>;
   constexpr int P = kPitch<DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / 16, NT = BQ / 8, OT = DMAX / 8;
-  constexpr bool REGS = kRegs<DMAX>;
+  constexpr bool REGS = kRegs<DMAX> && !DROP;  // (with dropout's Philox, registers for K, V spill)
   extern __shared__ uint4 smem[];
   T* sk = reinterpret_cast<T*>(smem);
   T* sv = sk + kKTile;
@@ -712,11 +723,13 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (DROP)
       keep = keep_cols<BQ>(seed, offset, drop.threshold, static_cast<std::uint64_t>(rows0 + i0), g.k_len, jw, lane);
 
+    // Queries that see a key of this warp: causal, none before its first key; none past L.
+    const int lo = causal ? jw - i0 : 0, hi = g.q_len - i0;
     float s[NT][4], dp[NT][4];  // transposed: rows keys grp, grp + 8 of the warp; columns queries
     zero(s);
     zero(dp);
-    mma_abt<REGS, KS, NT, P>(s, kf, my_k, cq, lane);
-    mma_abt<REGS, KS, NT, P>(dp, vf, my_v, cdo, lane);
+    mma_abt<REGS, KS, NT, P>(s, kf, my_k, cq, lane, lo, hi);
+    mma_abt<REGS, KS, NT, P>(dp, vf, my_v, cdo, lane, lo, hi);
     const bool mask = i0 + BQ > g.q_len || (causal && jw + 15 > i0);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -743,6 +756,7 @@ __global__ void __launch_bounds__(kThreads)
 
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) {
+      if (!live(kk, lo, hi)) continue;  // P o Z = dS = 0 there
       std::uint32_t a[4];
       acc_to_a<T>(a, s, kk);
       mma_ab<OT, P>(dva, a, cdo + 16 * kk * P, lane);
