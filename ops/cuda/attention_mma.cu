@@ -428,11 +428,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     const T* ck = kv + 2 * (n & 1) * kKT;
     const T* cv = ck + kKT;
-    std::uint32_t keep = 0;  // (before the scores exist: fewer live registers)
-    if constexpr (DROP) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
-
     // Keys this warp can see: causal, none past its last row; none past S.
     const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);
+    std::uint32_t keep = 0;  // (before the scores exist: fewer live registers; none when all are masked)
+    if constexpr (DROP)
+      if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
     float s[NT][4];
     zero(s);
     mma_abt<true, KS, NT, P>(s, qf, sq, ck, lane, 0, hi);
@@ -601,10 +601,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     cp_async_commit();
     const T* ck = kv + 2 * (n & 1) * kKT;
     const T* cv = ck + kKT;
-    std::uint32_t keep = 0;
-    if constexpr (DROP) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
-
     const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);  // as in the forward
+    std::uint32_t keep = 0;
+    if constexpr (DROP)
+      if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
     float s[NT][4], dp[NT][4];
     zero(s);
     zero(dp);
@@ -719,12 +719,12 @@ __global__ void __launch_bounds__(kThreads)
     const float* cl = slse + buf * BQ;
     const float* cd = sdelta + buf * BQ;
 
-    std::uint32_t keep = 0;
-    if constexpr (DROP)
-      keep = keep_cols<BQ>(seed, offset, drop.threshold, static_cast<std::uint64_t>(rows0 + i0), g.k_len, jw, lane);
-
     // Queries that see a key of this warp: causal, none before its first key; none past L.
     const int lo = causal ? jw - i0 : 0, hi = g.q_len - i0;
+    std::uint32_t keep = 0;
+    if constexpr (DROP)
+      if (lo < min(hi, BQ))
+        keep = keep_cols<BQ>(seed, offset, drop.threshold, static_cast<std::uint64_t>(rows0 + i0), g.k_len, jw, lane);
     float s[NT][4], dp[NT][4];  // transposed: rows keys grp, grp + 8 of the warp; columns queries
     zero(s);
     zero(dp);
