@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,32 +43,32 @@ struct Dims {
 };
 
 // How q, k, v and the output gradient are laid out in memory.
-enum class Layout {
+enum class QkvLayout {
   contiguous,  // [B, H, T, D]
   bthd,        // transposed views of [B, T, H, D] memory (heads split from one projection)
   unaligned,   // the last D of a [B, H, T, D + 1] tensor: strides not multiples of 8, base off by 2 bytes
 };
-const char* layout_name(Layout l) {
-  return l == Layout::contiguous ? "contiguous" : l == Layout::bthd ? "bthd" : "unaligned";
+const char* layout_name(QkvLayout l) {
+  return l == QkvLayout::contiguous ? "contiguous" : l == QkvLayout::bthd ? "bthd" : "unaligned";
 }
 
 // x as a view of `lay` over a fresh tensor on dev in dtype dt: {the leaf (memory), the view}.
-std::pair<Tensor, Tensor> laid_out(const Tensor& x, Layout lay, DType dt, Device dev, bool grad) {
+std::pair<Tensor, Tensor> laid_out(const Tensor& x, QkvLayout lay, DType dt, Device dev, bool grad) {
   Tensor xd = x.to(dt).to(dev);
   Tensor base;
-  if (lay == Layout::bthd) base = xd.transpose(1, 2).contiguous();
-  else if (lay == Layout::unaligned) base = cat({zeros({x.size(0), x.size(1), x.size(2), 1}, {.dtype = dt, .device = dev}), xd}, -1);
+  if (lay == QkvLayout::bthd) base = xd.transpose(1, 2).contiguous();
+  else if (lay == QkvLayout::unaligned) base = cat({zeros({x.size(0), x.size(1), x.size(2), 1}, {.dtype = dt, .device = dev}), xd}, -1);
   else base = xd.contiguous();
   base = base.detach();
   if (grad) base.requires_grad_();
-  Tensor view = lay == Layout::bthd ? base.transpose(1, 2) : lay == Layout::unaligned ? base.narrow(-1, 1, x.size(3)) : base;
+  Tensor view = lay == QkvLayout::bthd ? base.transpose(1, 2) : lay == QkvLayout::unaligned ? base.narrow(-1, 1, x.size(3)) : base;
   return {base, view};
 }
 
 // The gradient of a leaf made by laid_out, as [B, H, T, D].
-Tensor grad_of(const Tensor& base, Layout lay, std::int64_t d) {
+Tensor grad_of(const Tensor& base, QkvLayout lay, std::int64_t d) {
   Tensor g = base.grad();
-  return lay == Layout::bthd ? g.transpose(1, 2) : lay == Layout::unaligned ? g.narrow(-1, 1, d) : g;
+  return lay == QkvLayout::bthd ? g.transpose(1, 2) : lay == QkvLayout::unaligned ? g.narrow(-1, 1, d) : g;
 }
 
 struct Result {
@@ -77,7 +78,7 @@ struct Result {
 
 // scaled_dot_product_attention of q, k, v (values as given, converted to dt) on dev, forward
 // and backward with upstream gradient g; from manual_seed(seed) when given.
-Result run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, DType dt, Device dev, Layout lay,
+Result run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, DType dt, Device dev, QkvLayout lay,
            SdpaOptions o, std::optional<std::uint64_t> seed = std::nullopt) {
   auto [qb, qv] = laid_out(q, lay, dt, dev, true);
   auto [kb, kv] = laid_out(k, lay, dt, dev, true);
@@ -128,14 +129,14 @@ TEST_CASE("tensor-core attention (bf16, f16) vs the f32 SIMT kernel and the CPU 
       {2, 1, 100, 37, 0},  // L > S: rows past S see every key
       {1, 3, 33, 130, 0},  // L < S: causal keys past L are never attended (dK = dV = 0 there)
   };
-  const Layout layouts[3] = {Layout::contiguous, Layout::bthd, Layout::unaligned};
+  const QkvLayout layouts[3] = {QkvLayout::contiguous, QkvLayout::bthd, QkvLayout::unaligned};
   int n = 0;
   for (DType dt : {DType::bf16, DType::f16})
     for (std::int64_t d : dims)
       for (const Dims& sh : shapes)
         for (bool causal : {false, true}) {
           const Dims c{sh.b, sh.h, sh.l, sh.s, d};
-          const Layout lay = layouts[n++ % 3];
+          const QkvLayout lay = layouts[n++ % 3];
           INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)),
                causal ? ", causal" : "", ", ", layout_name(lay));
           // Inputs rounded to dt once: every path sees the same values.
@@ -143,8 +144,8 @@ TEST_CASE("tensor-core attention (bf16, f16) vs the f32 SIMT kernel and the CPU 
           Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
           const SdpaOptions o{.is_causal = causal};
           const Result mma = run(q, k, v, g, dt, gpu(), lay, o);
-          const Result simt = run(q, k, v, g, DType::f32, gpu(), Layout::contiguous, o);
-          const Result cpu = run(q, k, v, g, DType::f64, Device::cpu(), Layout::contiguous, o);
+          const Result simt = run(q, k, v, g, DType::f32, gpu(), QkvLayout::contiguous, o);
+          const Result cpu = run(q, k, v, g, DType::f64, Device::cpu(), QkvLayout::contiguous, o);
           check_close(mma, simt, dt, "the f32 SIMT kernel");
           check_close(mma, cpu, dt, "the f64 CPU composite");
         }
@@ -170,10 +171,10 @@ TEST_CASE("tensor-core attention dropout vs the f32 SIMT kernel and the CPU comp
           Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
           Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
           const SdpaOptions o{.dropout_p = p, .is_causal = causal};
-          const Result mma = run(q, k, v, g, dt, gpu(), Layout::bthd, o, s);
-          const Result simt = run(q, k, v, g, DType::f32, gpu(), Layout::contiguous, o, s);
+          const Result mma = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, s);
+          const Result simt = run(q, k, v, g, DType::f32, gpu(), QkvLayout::contiguous, o, s);
           // The composite draws f32 uniforms for f32: the same words, the same mask.
-          const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), Layout::contiguous, o, s);
+          const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, s);
           check_close(mma, simt, dt, "the f32 SIMT kernel");
           check_close(mma, cpu, dt, "the f32 CPU composite");
           CHECK(mma.next == simt.next);  // both advanced the generator by B H L S words
@@ -227,8 +228,8 @@ TEST_CASE("tensor-core attention backward is deterministic: two runs bit for bit
         Tensor q = randn64({c.b, c.h, c.l, c.d}), k = randn64({c.b, c.h, c.s, c.d});
         Tensor v = randn64({c.b, c.h, c.s, c.d}), g = randn64({c.b, c.h, c.l, c.d});
         const SdpaOptions o{.dropout_p = p, .is_causal = true};
-        const Result a = run(q, k, v, g, dt, gpu(), Layout::bthd, o, seed_ + 7);
-        const Result b = run(q, k, v, g, dt, gpu(), Layout::bthd, o, seed_ + 7);
+        const Result a = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, seed_ + 7);
+        const Result b = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, seed_ + 7);
         CHECK(same(a, b));
       }
 }
