@@ -89,6 +89,40 @@ void CpuBackend::sort(const Operand& values, const Operand& indices, const Opera
   });
 }
 
+void CpuBackend::topk(const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool largest) {
+  std::int64_t rows = 0, n = 0;
+  rows_and_length(in, rows, n);
+  if (k == 0) return;
+  dispatch(in.dtype, [&]<class T>(T*) {
+    const auto* x = static_cast<const T*>(in.data);
+    auto* v = static_cast<T*>(values.data);
+    auto* idx = static_cast<std::int64_t*>(indices.data);
+    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * n;
+      // sort's order (NaN largest, -0.0 == 0.0), then the position: a total order, so the
+      // partial sort's first k are the stable sort's first k.
+      auto before = [&](std::int64_t a, std::int64_t b) {
+        auto wa = widen(row[a]), wb = widen(row[b]);
+        if (largest) std::swap(wa, wb);
+        bool lt = wa < wb, gt = wb < wa;
+        if constexpr (std::is_floating_point_v<decltype(wa)>) {
+          const bool na = wa != wa, nb = wb != wb;  // NaN above everything, equal to NaN
+          lt = !na && (nb || lt);
+          gt = !nb && (na || gt);
+        }
+        return lt || (!gt && a < b);
+      };
+      std::iota(order.begin(), order.end(), std::int64_t(0));
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+      for (std::int64_t j = 0; j < k; ++j) {
+        idx[r * k + j] = order[static_cast<std::size_t>(j)];
+        v[r * k + j] = row[order[static_cast<std::size_t>(j)]];
+      }
+    }
+  });
+}
+
 void CpuBackend::searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right) {
   std::int64_t rows = 0, n = 0, vrows = 0, m = 0;
   rows_and_length(sorted, rows, n);
