@@ -558,9 +558,10 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   X(layer_norm, (const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,                   \
                  const Operand* weight, const Operand* bias, double eps))                                           \
   /* Batch-norm statistics per channel c of contiguous in [N, C, M] (floating): mean[c] and invstd[c] = 1 /       \
-     sqrt(var + eps), var the biased two-pass variance over the N*M elements; mean/invstd [C] in the accumulation  \
-     dtype (f64 for f64, f32 otherwise). running_mean/running_var ([C], that same dtype) may be nullptr; if given \
-     they are updated in place: r = (1 - momentum) r + momentum s, with the unbiased variance (N*M > 1). */       \
+     sqrt(var + eps), var the biased variance over the N*M elements (CPU: two-pass; CUDA: one pass, Welford per    \
+     thread and Chan's pairwise combination, in a fixed order); mean/invstd [C] in the accumulation dtype (f64 for \
+     f64, f32 otherwise). running_mean/running_var ([C], that same dtype) may be nullptr; if given they are        \
+     updated in place: r = (1 - momentum) r + momentum s, with the unbiased variance (N*M > 1). */                 \
   X(batch_norm_stats, (const Operand& mean, const Operand& invstd, const Operand& in, double eps,                   \
                        const Operand* running_mean, const Operand* running_var, double momentum))                 \
   /* out = (in - mean[c]) * invstd[c] * weight[c] + bias[c] over contiguous [N, C, M]; mean/invstd as              \
@@ -597,6 +598,10 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* Stable sort of each row of contiguous [rows, n] `in` (any dtype): sorted `values` (in's dtype) and their i64   \
      positions `indices`, both contiguous [rows, n]; NaN sorts as the largest value, -0.0 equals 0.0. */            \
   X(sort, (const Operand& values, const Operand& indices, const Operand& in, bool descending))                     \
+  /* The k (0 <= k <= n) first elements of each row of contiguous [rows, n] `in` in sort's order (descending when  \
+     `largest`; ties by position, NaN the largest, -0.0 == 0.0), i.e. the first k columns of sort's result:        \
+     `values` (in's dtype) and i64 `indices`, both contiguous [rows, k]. */                                        \
+  X(topk, (const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool largest))       \
   /* out (i64, [rows, m]) = for each value of row r of `values` ([rows, m]), the first position in row r of         \
      `sorted` ([rows, n], ascending; rows 1 broadcasts) where it could be inserted keeping the order: the first     \
      sorted >= v, or > v when `right`. Both contiguous, one dtype. */                                               \

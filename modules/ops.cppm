@@ -428,7 +428,9 @@ struct ValuesIndices {
 [[nodiscard]] ValuesIndices sort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
 [[nodiscard]] Tensor argsort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
 /// The k largest (smallest unless `largest`) along dim, sorted, with their positions; ties in
-/// the order of sort (stable). k outside [0, size] is Error(index). A sort and a slice.
+/// the order of sort (stable): exactly sort's first k. k outside [0, size] is Error(index).
+/// CPU: a partial sort per row. CUDA: a radix select of the k, then the k sorted (no host
+/// sync; very short rows or k > 1024: a full sort and a slice).
 [[nodiscard]] ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool largest = true,
                                  bool sorted = true);
 /// The k-th smallest (k from 1) along dim and its position; Error(index) outside [1, size].

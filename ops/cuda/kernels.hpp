@@ -129,16 +129,22 @@ int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const voi
 // Statistics (mean, invstd, sum_dy, sum_dy_xmu: [C]) are f32 for f32/bf16/f16 data and f64
 // for f64; weight/bias/running stats may be nullptr. Formulas as the contract's kernels.
 
-/// mean[c], invstd[c] = 1/sqrt(var + eps) (biased two-pass variance); running stats updated
-/// with `momentum` (unbiased variance) when given.
+/// Device workspace (bytes) of batch_norm_stats and batch_norm_backward_reduce over [n, c, m]
+/// (the per-block partial results; each channel is split over several blocks).
+std::size_t batch_norm_workspace_bytes(DType dtype, std::int64_t n, std::int64_t c, std::int64_t m);
+/// mean[c], invstd[c] = 1/sqrt(var + eps) (biased variance: Welford per thread, Chan et al.'s
+/// combination across threads and blocks in a fixed order); running stats updated with
+/// `momentum` (unbiased variance) when given.
 int batch_norm_stats(void* mean, void* invstd, const void* in, DType dtype, std::int64_t n, std::int64_t c,
-                     std::int64_t m, double eps, void* running_mean, void* running_var, double momentum, void* stream);
+                     std::int64_t m, double eps, void* running_mean, void* running_var, double momentum,
+                     void* workspace, void* stream);
 /// out = (in - mean[c]) invstd[c] weight[c] + bias[c].
 int batch_norm_elemt(void* out, const void* in, const void* mean, const void* invstd, const void* weight,
                      const void* bias, DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
 /// sum_dy[c] = sum grad, sum_dy_xmu[c] = sum grad (in - mean[c]).
 int batch_norm_backward_reduce(void* sum_dy, void* sum_dy_xmu, const void* grad, const void* in, const void* mean,
-                               DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
+                               DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* workspace,
+                               void* stream);
 /// grad_in = (grad - sum_dy/count - (in - mean) invstd^2 sum_dy_xmu/count) invstd weight.
 int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, const void* mean, const void* invstd,
                               const void* weight, const void* sum_dy, const void* sum_dy_xmu, DType dtype,
@@ -199,7 +205,7 @@ int optimizer_write_coeffs(const OptimizerStep& step, void* dst, void* stream);
 
 }  // namespace brrr::kernels
 
-// ---- Scans, sort, searchsorted (ops/cuda/sort_scan.cu) -----------------------------------
+// ---- Scans, sort, searchsorted (ops/cuda/sort_scan.cu), topk (ops/cuda/topk.cu) ---------
 
 namespace brrr::kernels {
 
@@ -214,6 +220,11 @@ std::size_t sort_workspace_bytes(const Operand& in, bool descending);
 /// The contract's sort: stable, NaN largest, contiguous [rows, n] along the last dim.
 int sort(const Operand& values, const Operand& indices, const Operand& in, bool descending, void* workspace,
          std::size_t bytes, void* stream);
+/// Device workspace (bytes) of topk() (host-only arithmetic and CUB size queries).
+std::size_t topk_workspace_bytes(const Operand& in, std::int64_t k, bool largest);
+/// The contract's topk (1 <= k <= n): contiguous [rows, n] `in`, [rows, k] values and indices.
+int topk(const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool largest,
+         void* workspace, std::size_t bytes, void* stream);
 /// The contract's searchsorted.
 int searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right, void* stream);
 
