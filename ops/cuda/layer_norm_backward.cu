@@ -204,9 +204,12 @@ template <class T> Parts parts_of(std::int64_t rows, std::int64_t cols) {
     p.parts = blocks < lnb_max_parts ? blocks : lnb_max_parts;
     return p;
   }
-  // About 64 rows per part, at most 256 parts: enough blocks to fill the device.
+  // About 64 rows per part, at most 256 parts (enough blocks to fill the device), and at most
+  // 64 MiB of partial sums for very wide rows.
   std::int64_t parts = (rows + 63) / 64;
   if (parts > 256) parts = 256;
+  const std::int64_t by_memory = (std::int64_t(64) << 20) / (2 * cols * static_cast<std::int64_t>(sizeof(racc_t<T>)));
+  if (parts > by_memory) parts = by_memory > 0 ? by_memory : 1;
   p.chunk = (rows + parts - 1) / parts;
   p.parts = (rows + p.chunk - 1) / p.chunk;
   return p;
