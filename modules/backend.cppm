@@ -34,6 +34,7 @@ using backend::is_rounding_division;
 using backend::keeps_integers;
 using backend::kind_of;
 using backend::max_dims;
+using backend::MultiTensor;
 using backend::name_of;
 using backend::Operand;
 using backend::OptimizerKind;

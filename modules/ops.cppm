@@ -86,6 +86,11 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadca
 /// passes, as PyTorch's threshold_backward), broadcast and promoted like any binary op. Not
 /// itself recorded (used inside backward passes).
 [[nodiscard]] Tensor relu_backward(const Tensor& grad, const Tensor& x);
+/// gelu's gradient in one kernel: grad * gelu'(x) for gelu(x, approximate) ("none": x Phi(x),
+/// "tanh": the tanh approximation), computed in f32 for bf16/f16 (f64 for f64), broadcast and
+/// promoted like any binary op (integers compute in f32). Not itself recorded (used inside
+/// backward passes; PyTorch's aten::gelu_backward). Error(value) for another `approximate`.
+[[nodiscard]] Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& approximate = "none");
 /// a^b elementwise (floating dtypes; integer bases with integer exponents stay integer).
 [[nodiscard]] Tensor pow(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor pow(const Tensor& a, Scalar exponent);

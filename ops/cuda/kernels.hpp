@@ -13,6 +13,7 @@ namespace brrr::kernels {
 using backend::AttentionDropout;
 using backend::BinaryOp;
 using backend::Distribution;
+using backend::MultiTensor;
 using backend::Operand;
 using backend::OptimizerStep;
 using backend::ReduceOp;
@@ -27,6 +28,9 @@ int fill(const Operand& out, double value, void* stream);
 int copy(const Operand& dst, const Operand& src, void* stream);
 /// out (contiguous)[i] = start + i * step.
 int arange(const Operand& out, double start, double step, void* stream);
+/// The contract's dropout (ops/cuda/random.cu): contiguous out, noise and in of one floating
+/// dtype; the Philox words computed in the kernel (graph-capturable through d.seed_offset).
+int dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d, void* stream);
 /// Turns Philox words into values (ops/random_transform.hpp); integers in [low, high). out
 /// is contiguous.
 int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,
@@ -108,7 +112,7 @@ int scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& ind
 
 }  // namespace brrr::kernels
 
-// ---- Row ops: softmax, log_softmax, layer_norm (ops/cuda/rows.cu) ----------------------
+// ---- Row ops: softmax, log_softmax, layer_norm (ops/cuda/rows.cu, layer_norm_backward.cu) --
 
 namespace brrr::kernels {
 
@@ -124,6 +128,15 @@ int softmax_rows(void* out, const void* in, DType dtype, std::int64_t rows, std:
 /// nullptr. Returns a cudaError_t as int.
 int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
                     DType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
+/// Device workspace (bytes) of layer_norm_backward's column sums for [rows, cols] of `dtype`.
+std::size_t layer_norm_backward_workspace_bytes(DType dtype, std::int64_t rows, std::int64_t cols);
+/// The contract's layer_norm_backward (ops/cuda/layer_norm_backward.cu): dx ([rows, cols], x's
+/// dtype), dweight and dbias ([cols], f32; f64 for f64) may each be nullptr; weight ([cols], f32;
+/// f64 for f64) may be nullptr; `workspace` holds layer_norm_backward_workspace_bytes (unused
+/// when neither dweight nor dbias is wanted). Two or three launches, no atomics.
+int layer_norm_backward(void* dx, void* dweight, void* dbias, const void* dy, const void* x, const void* mean,
+                        const void* rstd, const void* weight, DType dtype, std::int64_t rows, std::int64_t cols,
+                        void* workspace, void* stream);
 
 // ---- Batch norm over contiguous [N, C, M] (ops/cuda/batch_norm.cu) ----
 // Statistics (mean, invstd, sum_dy, sum_dy_xmu: [C]) are f32 for f32/bf16/f16 data and f64
@@ -197,6 +210,14 @@ namespace brrr::kernels {
 /// returning. One multi-tensor launch per 48 tensors on `stream`; arithmetic in f32 (f64 for
 /// f64). Returns a cudaError_t as int (cudaErrorInvalidValue for an integer dtype).
 int optimizer_step(const OptimizerStep& step, void* stream);
+/// Device workspace (bytes) of multi_tensor_norm over `tensors`.
+std::size_t multi_tensor_norm_workspace_bytes(const MultiTensor& tensors);
+/// The contract's multi_tensor_norm (ops/cuda/multi_tensor.cu): `out` f32 [count]; two launches
+/// per 64 tensors, no atomics.
+int multi_tensor_norm(void* out, const MultiTensor& tensors, double norm_type, void* workspace, void* stream);
+/// The contract's multi_tensor_scale: `scale` one value of the accumulation dtype in device
+/// memory; one launch per 64 tensors.
+int multi_tensor_scale(const MultiTensor& tensors, const void* scale, void* stream);
 /// Bytes of the device copy of an optimizer step's derived coefficients, and an enqueued
 /// write of the coefficients of `step` (computed on the host as optimizer_step does) to `dst`.
 /// A step whose device_coeffs points there reads them at run time (captured graphs).
