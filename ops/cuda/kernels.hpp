@@ -263,7 +263,8 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
                       double scale, bool causal, const AttentionDropout& dropout, void* stream);
 /// Device workspace (bytes) of attention_backward: one accumulator per query row.
 std::size_t attention_backward_workspace_bytes(const Operand& q);
-/// The contract's attention_backward (three launches: delta, dq, dk/dv; no atomics).
+/// The contract's attention_backward (f32/f64: three launches, delta, dq, dk/dv; bf16/f16: two
+/// tensor-core launches, dq with delta in its prologue, then dk/dv; no atomics).
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
                        bool causal, const AttentionDropout& dropout, void* workspace, void* stream);
