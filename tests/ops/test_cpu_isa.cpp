@@ -232,3 +232,45 @@ TEST_CASE("cpu isa: normal_f32 and normal_f64 give normal_pair_f32 / _f64's bits
     }
   }
 }
+
+TEST_CASE("cpu isa: max_pool2x2_f32 is PyTorch's max and argmax (first of ties, last NaN) at every capability") {
+  const std::uint64_t seed = test::fresh_seed();
+  INFO("seed = ", seed, " (replay with BRRR_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(), -0.0f, 0.0f};
+  for (std::int64_t ow : {std::int64_t{1}, std::int64_t{7}, std::int64_t{16}, std::int64_t{33}, std::int64_t{257}}) {
+    CAPTURE(ow);
+    const std::int64_t w = 2 * ow + 1, base = 5 * w;  // an odd width: the last column is not read
+    std::vector<float> r0(static_cast<std::size_t>(w)), r1(static_cast<std::size_t>(w));
+    for (auto* r : {&r0, &r1})
+      for (float& v : *r) v = rng() % 8 == 0 ? specials[rng() % 5] : static_cast<float>(rng() % 4);  // many ties
+    // The rule, cell by cell in row-major order.
+    std::vector<float> want(static_cast<std::size_t>(ow));
+    std::vector<std::int64_t> want_idx(static_cast<std::size_t>(ow));
+    for (std::int64_t ox = 0; ox < ow; ++ox) {
+      const float v[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+      const std::int64_t cell[4] = {base + 2 * ox, base + 2 * ox + 1, base + w + 2 * ox, base + w + 2 * ox + 1};
+      float best = v[0];
+      std::int64_t at = cell[0];
+      for (int k = 1; k < 4; ++k)
+        if (!std::isnan(best) && (v[k] > best || std::isnan(v[k]))) best = v[k], at = cell[k];
+        else if (std::isnan(best) && std::isnan(v[k])) at = cell[k];  // the last NaN
+      want[static_cast<std::size_t>(ox)] = best;
+      want_idx[static_cast<std::size_t>(ox)] = at;
+    }
+    for (Capability c : all) {
+      if (!supported(c)) continue;
+      CAPTURE(kernels_for(c).name);
+      std::vector<float> got(want.size());
+      std::vector<std::int64_t> idx(want.size());
+      kernels_for(c).max_pool2x2_f32(r0.data(), r1.data(), got.data(), idx.data(), ow, base, w);
+      CHECK(idx == want_idx);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+        else CHECK(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want[i]));
+      }
+    }
+  }
+}

@@ -181,11 +181,14 @@ namespace {
 
 constexpr IsaKernels tables[] = {
     {Capability::baseline, "baseline", baseline::exp_array_f32, baseline::softmax_f32, baseline::sum_f32,
-     baseline::sum_f64, baseline::philox_blocks, baseline::normal_f32, baseline::normal_f64},
+     baseline::sum_f64, baseline::philox_blocks, baseline::normal_f32, baseline::normal_f64,
+     baseline::max_pool2x2_f32},
     {Capability::avx2, "avx2", avx2::exp_array_f32, avx2::softmax_f32, avx2::sum_f32, avx2::sum_f64,
-     avx2::philox_blocks, avx2::normal_f32, avx2::normal_f64},
+     avx2::philox_blocks, avx2::normal_f32, avx2::normal_f64,
+     avx2::max_pool2x2_f32},
     {Capability::avx512, "avx512", avx512::exp_array_f32, avx512::softmax_f32, avx512::sum_f32, avx512::sum_f64,
-     avx512::philox_blocks, avx512::normal_f32, avx512::normal_f64},
+     avx512::philox_blocks, avx512::normal_f32, avx512::normal_f64,
+     avx512::max_pool2x2_f32},
 };
 
 const IsaKernels& choose() {

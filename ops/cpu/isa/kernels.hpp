@@ -35,6 +35,11 @@ struct IsaKernels {
   /// and FMAs (ops/normal_math.hpp): every capability gives the same bits, and so does the GPU.
   void (*normal_f32)(const std::uint32_t* words, float* z, std::int64_t pairs);
   void (*normal_f64)(const std::uint32_t* words, double* z, std::int64_t pairs);
+  /// One output row of max_pool2d with a 2x2 window, stride 2, no padding, dilation 1, f32:
+  /// input rows r0 and r1 (contiguous), `ow` maxima into out and their flat argmaxes into idx
+  /// (the first window's top-left cell is `base`, input rows `w` apart), PyTorch's NaN rule.
+  void (*max_pool2x2_f32)(const float* r0, const float* r1, float* out, std::int64_t* idx, std::int64_t ow,
+                          std::int64_t base, std::int64_t w);
 };
 
 /// Whether this CPU (and its OS) can run kernels of capability c.
