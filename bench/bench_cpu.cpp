@@ -8,8 +8,9 @@
 // whole training step of the Fashion-MNIST CNN (examples/fashion_mnist.cpp:
 // conv32-pool-conv64-pool-fc128 with two dropouts, same loss and optimizer).
 // bench/torch_cpu.py is its PyTorch twin: same workloads, same method.
-// usage: bench_cpu [threads]   (default: get_num_threads()); prints "name ms" lines, then
-// one JSON object.
+// usage: bench_cpu [threads [prefix]]   (threads default: get_num_threads(); with a prefix,
+// only the rows whose names start with it run, e.g. for a profiler); prints "name ms" lines,
+// then one JSON object.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,37 +38,46 @@ double wall_ms(int warmup, int reps, const std::function<void()>& f) {
   return bench::median(ms);
 }
 
+const char* only = "";  // the rows to run: names starting with this
+
+// r[name] = wall_ms(...), for the rows selected by `only`.
+void timed(std::map<std::string, double>& r, const std::string& name, int warmup, int reps,
+           const std::function<void()>& f) {
+  if (name.rfind(only, 0) == 0) r[name] = wall_ms(warmup, reps, f);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1) set_num_threads(std::atoi(argv[1]));
+  if (argc > 2) only = argv[2];
   manual_seed(0);
   std::map<std::string, double> r;
   const std::int64_t shapes[3][3] = {{128, 784, 512}, {128, 512, 256}, {128, 256, 10}};
   for (auto& s : shapes) {
     Tensor a = randn({s[0], s[1]}), b = randn({s[1], s[2]});
     std::string name = "gemm_" + std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]);
-    r[name] = wall_ms(5, 50, [&] { (void)matmul(a, b); });
+    timed(r, name, 5, 50, [&] { (void)matmul(a, b); });
   }
   {
     Tensor x = randn({1 << 24});
-    r["sum_16M"] = wall_ms(3, 20, [&] { (void)sum(x); });
+    timed(r, "sum_16M", 3, 20, [&] { (void)sum(x); });
   }
   {
     Tensor x = randn({4096, 1024});
-    r["softmax_4096x1024"] = wall_ms(3, 20, [&] { (void)softmax(x, -1); });
+    timed(r, "softmax_4096x1024", 3, 20, [&] { (void)softmax(x, -1); });
   }
   {
     Tensor x = randn({1 << 22});
-    r["exp_4M"] = wall_ms(3, 20, [&] { (void)exp(x); });
+    timed(r, "exp_4M", 3, 20, [&] { (void)exp(x); });
   }
-  r["randn_1M"] = wall_ms(3, 20, [&] { (void)randn({1 << 20}); });
+  timed(r, "randn_1M", 3, 20, [&] { (void)randn({1 << 20}); });
   for (std::int64_t c : {32, 64}) {
     std::int64_t hw = c == 32 ? 28 : 14;
     Tensor x = randn({128, c, hw, hw}, {.requires_grad = true});
     Tensor g = randn({128, c, hw / 2, hw / 2});
     std::string name = "max_pool2d_fwd_bwd_128x" + std::to_string(c) + "x" + std::to_string(hw) + "x" + std::to_string(hw);
-    r[name] = wall_ms(3, 20, [&] {
+    timed(r, name, 3, 20, [&] {
       Tensor y = max_pool2d(x, 2);
       (void)autograd::grad({y}, {x}, {g});
     });
@@ -78,7 +88,7 @@ int main(int argc, char** argv) {
     optim::AdamW opt(model.parameters(), optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.05});
     Tensor x = randn({128, 1, 28, 28});
     Tensor y = randint(0, 10, {128});
-    r["mlp_step"] = wall_ms(5, 40, [&] {
+    timed(r, "mlp_step", 5, 40, [&] {
       Tensor loss = cross_entropy(model(x), y, {.label_smoothing = 0.1});
       opt.zero_grad();
       loss.backward();
@@ -88,11 +98,11 @@ int main(int argc, char** argv) {
   {
     Tensor x = randn({128, 32, 14, 14}, {.requires_grad = true});
     Tensor w = randn({64, 32, 3, 3}, {.requires_grad = true}), b = randn({64}, {.requires_grad = true});
-    r["conv2d_b128_32to64_14x14_fwd"] = wall_ms(3, 20, [&] {
+    timed(r, "conv2d_b128_32to64_14x14_fwd", 3, 20, [&] {
       NoGradGuard g;
       (void)conv2d(x, w, b, {.padding = 1});
     });
-    r["conv2d_b128_32to64_14x14_fwd_bwd"] = wall_ms(3, 20, [&] {
+    timed(r, "conv2d_b128_32to64_14x14_fwd_bwd", 3, 20, [&] {
       for (const Tensor& t : {x, w, b}) t.set_grad({});
       conv2d(x, w, b, {.padding = 1}).sum().backward();
     });
@@ -105,7 +115,7 @@ int main(int argc, char** argv) {
     optim::AdamW opt(model.parameters(), optim::AdamOptions{.lr = 1e-3, .weight_decay = 0.05});
     Tensor x = randn({128, 1, 28, 28});
     Tensor y = randint(0, 10, {128});
-    r["cnn_step"] = wall_ms(3, 15, [&] {
+    timed(r, "cnn_step", 3, 15, [&] {
       Tensor loss = cross_entropy(model(x), y, {.label_smoothing = 0.1});
       opt.zero_grad();
       loss.backward();

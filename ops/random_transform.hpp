@@ -8,13 +8,17 @@
 #include <cstdint>
 
 #include "backend/contract.hpp"  // BRRR_HD
+#include "ops/normal_math.hpp"     // normal_pair_f32 / _f64, mul_rn, div_rn
 
 namespace brrr::random_transform {
 
-/// Words each element consumes. Uniform: 1 (2 for f64, which uses 53 bits). Normal: 4 (two
-/// 53-bit uniforms for one Box-Muller draw; the sine half is dropped, so element i depends
-/// only on words 4i..4i+3). Integer: 2 (a 64-bit draw).
-inline constexpr int words_uniform = 1, words_uniform_f64 = 2, words_normal = 4, words_integer = 2;
+/// Words each element consumes. Uniform: 1 (2 for f64, which uses 53 bits). Integer: 2 (a
+/// 64-bit draw). Normal: elements come in pairs, 2j and 2j + 1 the cosine and sine halves of
+/// one Box-Muller draw (ops/normal_math.hpp): 1 word per element (the pair's two words
+/// 2j, 2j + 1) for f32, f16 and bf16; 2 for f64 (words 4j .. 4j + 3, two 53-bit uniforms). A
+/// draw of odd length consumes the last pair's words too.
+inline constexpr int words_uniform = 1, words_uniform_f64 = 2, words_integer = 2;
+inline constexpr int words_normal = 1, words_normal_f64 = 2;
 
 /// Uniform on [0, 1) with `bits` bits of precision from one word (bits <= 24): exact in any
 /// float type with at least `bits` significand bits, so rounding can never reach 1.
@@ -26,15 +30,6 @@ BRRR_HD float uniform_bits(std::uint32_t w, int bits) {
 BRRR_HD double uniform53(std::uint32_t hi, std::uint32_t lo) {
   std::uint64_t k = ((static_cast<std::uint64_t>(hi) << 32) | lo) >> 11;
   return static_cast<double>(k) * 0x1.0p-53;
-}
-
-/// Standard normal from four words: Box-Muller (G. E. P. Box and M. E. Muller, "A Note on
-/// the Generation of Random Normal Deviates", 1958), z = sqrt(-2 ln u1) cos(2 pi u2), with
-/// u1 in (0, 1] so the log is finite. Computed in double on both sides.
-BRRR_HD double normal(std::uint32_t w0, std::uint32_t w1, std::uint32_t w2, std::uint32_t w3) {
-  double u1 = 1.0 - uniform53(w0, w1);  // (0, 1]
-  double u2 = uniform53(w2, w3);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925286766559 * u2);
 }
 
 /// Philox4x32-10 (J. K. Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011):
@@ -110,22 +105,8 @@ BRRR_HD std::int64_t integer(std::uint32_t hi, std::uint32_t lo, std::int64_t lo
 inline constexpr int words_poisson = 32;
 inline constexpr std::uint64_t poisson_spill_key = 0x9E3779B97F4A7C15ull;
 
-/// Products and quotients rounded on their own (no fused multiply-add), so nvcc's contraction
-/// cannot make the device's arithmetic differ from the host's.
-BRRR_HD double mul_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-BRRR_HD double div_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
+// mul_rn and div_rn (products and quotients rounded on their own, so nvcc's contraction
+// cannot make the device's arithmetic differ from the host's) are in ops/normal_math.hpp.
 
 /// Uniform on (0, 1) from one word: (w + 1/2) 2^-32.
 BRRR_HD double uniform_open32(std::uint32_t w) { return (static_cast<double>(w) + 0.5) * 0x1.0p-32; }

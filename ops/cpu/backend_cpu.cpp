@@ -130,37 +130,49 @@ void CpuBackend::arange(const Operand& out, double start, double step) {
   });
 }
 
-// Element i consumes words [per * i, per * (i + 1)) of the draw, so any range of elements
-// can make its own words: chunks of 4096 elements run on the intra-op pool, each with a
-// small buffer, and the numbers do not depend on the thread count.
+// Element i consumes words [per * i, per * (i + 1)) of the draw (normals: pairs of elements
+// share their pair's words), so any range of elements can make its own words: chunks of 4096
+// elements run on the intra-op pool, each with a small buffer, and the numbers do not depend
+// on the thread count.
 void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset,
                         std::int64_t low, std::int64_t high) {
   namespace rt = random_transform;
   std::uint64_t words_per = 0;
   switch (dist) {
     case Distribution::uniform: words_per = out.dtype == DType::f64 ? rt::words_uniform_f64 : rt::words_uniform; break;
-    case Distribution::normal: words_per = rt::words_normal; break;
+    case Distribution::normal: words_per = out.dtype == DType::f64 ? rt::words_normal_f64 : rt::words_normal; break;
     case Distribution::integer: words_per = rt::words_integer; break;
   }
-  constexpr std::int64_t chunk = 4096;  // a multiple of 4: whole blocks per chunk
+  constexpr std::int64_t chunk = 4096;  // a multiple of 4 (whole blocks) and of 2 (whole normal pairs)
   const auto philox = cpu::isa().philox_blocks;
-  const auto normal = cpu::isa().normal_f64;
+  const auto normal_f32 = cpu::isa().normal_f32;
+  const auto normal_f64 = cpu::isa().normal_f64;
   dispatch(out.dtype, [&]<class T>(T*) {
     auto* p = static_cast<T*>(out.data);
     cpu::parallel_for((out.numel + chunk - 1) / chunk, 4, [&](std::int64_t c0, std::int64_t c1) {
-      std::vector<std::uint32_t> w(static_cast<std::size_t>(chunk * words_per));
-      std::vector<double> z(dist == Distribution::normal ? static_cast<std::size_t>(chunk) : 0);
+      std::vector<std::uint32_t> w(static_cast<std::size_t>(chunk * words_per + 4));
+      constexpr bool direct = std::is_same_v<T, float> || std::is_same_v<T, double>;
+      using Z = std::conditional_t<std::is_same_v<T, double>, double, float>;  // a normal's compute type
+      std::vector<Z> z(dist == Distribution::normal ? static_cast<std::size_t>(chunk) : 0);
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t e0 = c * chunk, e1 = std::min(out.numel, e0 + chunk);
+        // A normal draw of odd length: the last element's pair needs one more element's words.
+        const std::int64_t len = dist == Distribution::normal ? (e1 - e0 + 1) / 2 * 2 : e1 - e0;
         const std::uint64_t first = offset + static_cast<std::uint64_t>(e0) * words_per,
-                            count = static_cast<std::uint64_t>(e1 - e0) * words_per;
+                            count = static_cast<std::uint64_t>(len) * words_per;
         if (first % 4 == 0)  // whole blocks (every draw starts at one): the vectorised kernel
           philox(seed, first / 4, w.data(), static_cast<std::int64_t>((count + 3) / 4));
         else
           rt::philox_words(seed, first, w.data(), count);
-        if (dist == Distribution::normal) {  // Box-Muller in double, vectorised (ops/cpu/isa)
-          normal(w.data(), z.data(), e1 - e0);
-          for (std::int64_t i = e0; i < e1; ++i) p[i] = narrow_to<T>(z[static_cast<std::size_t>(i - e0)]);
+        if (dist == Distribution::normal) {  // Box-Muller pairs, vectorised (ops/cpu/isa)
+          if constexpr (is_floating<T>) {
+            // Whole pairs straight into a float or double output; the rest through z.
+            Z* dst = direct && len == e1 - e0 ? reinterpret_cast<Z*>(p + e0) : z.data();
+            if constexpr (std::is_same_v<Z, double>) normal_f64(w.data(), dst, len / 2);
+            else normal_f32(w.data(), dst, len / 2);
+            if (dst == z.data())
+              for (std::int64_t i = e0; i < e1; ++i) p[i] = narrow_to<T>(z[static_cast<std::size_t>(i - e0)]);
+          }
           continue;
         }
         for (std::int64_t i = e0; i < e1; ++i) {
@@ -224,10 +236,10 @@ std::uint64_t random_words(Distribution dist, DType dtype, std::int64_t numel) {
   std::uint64_t per = 0;
   switch (dist) {
     case Distribution::uniform: per = dtype == DType::f64 ? rt::words_uniform_f64 : rt::words_uniform; break;
-    case Distribution::normal: per = rt::words_normal; break;
+    case Distribution::normal: per = dtype == DType::f64 ? rt::words_normal_f64 : rt::words_normal; break;
     case Distribution::integer: per = rt::words_integer; break;
   }
-  // Whole Philox blocks (4 words) keep every draw aligned to a block.
+  // Whole Philox blocks (4 words; they also hold an odd-length normal draw's last pair) (4 words) keep every draw aligned to a block.
   return (per * static_cast<std::uint64_t>(numel) + 3) / 4 * 4;
 }
 

@@ -11,6 +11,7 @@
 // with CUBLAS_COMPUTE_32F). Batch strides may be 0 (a broadcast operand).
 module;
 #include <cblas.h>
+#include <strings.h>  // strcasecmp
 
 #include <algorithm>
 #include <cstdint>
@@ -20,6 +21,14 @@ module;
 #include <string>
 #include <vector>
 #include "backend/contract.hpp"
+#include "ops/cpu/isa/kernels.hpp"  // cpu::supported
+
+// OpenBLAS's own switch of kernel table, exported by its DYNAMIC_ARCH builds only (weak: a
+// build against another OpenBLAS links, and the core fix below does nothing).
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
 module brrr.backend;
 import brrr.tensor;
 
@@ -29,6 +38,28 @@ namespace {
 
 // Below this many multiply-adds per block, splitting costs more than it saves.
 constexpr std::int64_t min_block_macs = std::int64_t{1} << 20;
+
+// OpenBLAS 0.3.21 (Debian 12's) picks its kernels from the CPU's family and model, and a CPU
+// newer than it gets its fallback, the Prescott (SSE3) kernels: on the build machine, an
+// Intel Xeon of model 207 (Emerald Rapids) with AVX-512, GEMM ran 2-20x slower than with
+// its SkylakeX kernels (docs/benchmarks.md, 2026-12-02). When it fell back so, and nobody
+// chose a core (OPENBLAS_CORETYPE), its selection runs again with the core our own feature
+// check says the CPU runs: SkylakeX (AVX-512 F/DQ/BW/VL) or Haswell (AVX2 + FMA). Done by a
+// static initialiser, before main and so before any thread of ours or any BLAS call.
+void choose_openblas_core() {
+  if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || std::getenv("OPENBLAS_CORETYPE")) return;
+  const char* core = openblas_get_corename();
+  if (core == nullptr || strcasecmp(core, "Prescott") != 0) return;
+  const char* want = cpu::supported(cpu::Capability::avx512) ? "SkylakeX"
+                     : cpu::supported(cpu::Capability::avx2) ? "Haswell"
+                                                             : nullptr;
+  if (want == nullptr) return;
+  setenv("OPENBLAS_CORETYPE", want, 0);
+  gotoblas_dynamic_quit();  // forgets the table, so that init chooses again (from the variable)
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+const bool openblas_core_chosen = (choose_openblas_core(), true);
 
 void use_one_openblas_thread() {
   static std::once_flag once;

@@ -10,6 +10,23 @@ namespace brrr::kernels {
 namespace {
 namespace rt = ::brrr::random_transform;
 
+// Element i of a normal draw: the cosine (i even) or sine (i odd) half of its pair's
+// Box-Muller draw (random_transform::normal_pair_f32 / _f64, the CPU's arithmetic), from the
+// pair's words word(k). Each thread computes its element's pair and keeps one half, so the
+// launch stays one thread per element.
+template <class T, class Word> __device__ __forceinline__ T normal_element(std::int64_t i, Word&& word) {
+  const std::int64_t j = i / 2;
+  if constexpr (std::is_same_v<T, double>) {
+    double z0, z1;
+    rt::normal_pair_f64(word(4 * j), word(4 * j + 1), word(4 * j + 2), word(4 * j + 3), z0, z1);
+    return i % 2 == 0 ? z0 : z1;
+  } else {
+    float z0, z1;
+    rt::normal_pair_f32(word(2 * j), word(2 * j + 1), z0, z1);
+    return narrow_to<T>(i % 2 == 0 ? z0 : z1);
+  }
+}
+
 template <class T> __global__ void transform(T* out, const std::uint32_t* w, Distribution dist, std::int64_t low,
                                              std::int64_t high, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -20,8 +37,7 @@ template <class T> __global__ void transform(T* out, const std::uint32_t* w, Dis
       else if constexpr (std::is_same_v<T, __half>) out[i] = __float2half_rn(rt::uniform_bits(w[i], 11));
       else if constexpr (std::is_same_v<T, __nv_bfloat16>) out[i] = __float2bfloat16_rn(rt::uniform_bits(w[i], 8));
     } else if (dist == Distribution::normal) {
-      if constexpr (is_floating<T>)
-        out[i] = narrow_to<T>(rt::normal(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]));
+      if constexpr (is_floating<T>) out[i] = normal_element<T>(i, [&](std::int64_t k) { return w[k]; });
     } else {
       out[i] = narrow_to<T>(rt::integer(w[2 * i], w[2 * i + 1], low, high));
     }
@@ -42,7 +58,7 @@ template <class T> __global__ void transform_capturable(T* out, const std::uint6
       else if constexpr (std::is_same_v<T, __half>) out[i] = __float2half_rn(rt::uniform_bits(w(i), 11));
       else if constexpr (std::is_same_v<T, __nv_bfloat16>) out[i] = __float2bfloat16_rn(rt::uniform_bits(w(i), 8));
     } else if (dist == Distribution::normal) {
-      if constexpr (is_floating<T>) out[i] = narrow_to<T>(rt::normal(w(4 * i), w(4 * i + 1), w(4 * i + 2), w(4 * i + 3)));
+      if constexpr (is_floating<T>) out[i] = normal_element<T>(i, w);
     } else {
       out[i] = narrow_to<T>(rt::integer(w(2 * i), w(2 * i + 1), low, high));
     }

@@ -201,28 +201,76 @@ TEST_CASE("cpu isa: philox_blocks gives random_transform::philox_words' words at
   }
 }
 
-TEST_CASE("cpu isa: normal_f64 is random_transform::normal to 1e-15 (libmvec's log/cos), f32 values equal") {
+TEST_CASE("cpu isa: normal_f32 and normal_f64 give normal_pair_f32 / _f64's bits at every capability") {
+  // Explicit FMAs and roundings (ops/normal_math.hpp): the vectorised loops, the scalar
+  // function (and the GPU's kernel) compute the same IEEE operations.
   const std::uint64_t seed = test::fresh_seed();
   INFO("seed = ", seed, " (replay with BRRR_TEST_SEED)");
-  const std::int64_t n = 100003;
-  std::vector<std::uint32_t> w(static_cast<std::size_t>(4 * n));
-  kernels_for(Capability::baseline).philox_blocks(seed, 0, w.data(), n);
-  std::vector<double> want(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i)
-    want[static_cast<std::size_t>(i)] = brrr::random_transform::normal(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-  for (Capability c : all) {
-    if (!supported(c)) continue;
-    CAPTURE(kernels_for(c).name);
-    std::vector<double> z(static_cast<std::size_t>(n));
-    kernels_for(c).normal_f64(w.data(), z.data(), n);
-    std::int64_t far = 0, f32_differ = 0;
-    for (std::size_t i = 0; i < z.size(); ++i) {
-      if (!(std::abs(z[i] - want[i]) <= 1e-15 * std::abs(want[i]) + 1e-300)) ++far;
-      if (static_cast<float>(z[i]) != static_cast<float>(want[i])) ++f32_differ;
+  for (std::int64_t pairs : {std::int64_t{0}, std::int64_t{1}, std::int64_t{7}, std::int64_t{17}, std::int64_t{100003}}) {
+    CAPTURE(pairs);
+    std::vector<std::uint32_t> w(static_cast<std::size_t>(4 * pairs + 4));
+    kernels_for(Capability::baseline).philox_blocks(seed, 0, w.data(), pairs + 1);
+    std::vector<float> want32(static_cast<std::size_t>(2 * pairs));
+    std::vector<double> want64(static_cast<std::size_t>(2 * pairs));
+    for (std::int64_t i = 0; i < pairs; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      brrr::random_transform::normal_pair_f32(w[2 * k], w[2 * k + 1], want32[2 * k], want32[2 * k + 1]);
+      brrr::random_transform::normal_pair_f64(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3], want64[2 * k],
+                                              want64[2 * k + 1]);
     }
-    CHECK(far == 0);
-    // A double off by an ulp rounds to another float with probability ~2^-29 per value.
-    CHECK(f32_differ <= 1);
-    if (c == Capability::baseline) CHECK(z == want);
+    for (Capability c : all) {
+      if (!supported(c)) continue;
+      CAPTURE(kernels_for(c).name);
+      std::vector<float> z32(want32.size() + 1, -7.0f);  // one past the end: must stay untouched
+      std::vector<double> z64(want64.size() + 1, -7.0);
+      kernels_for(c).normal_f32(w.data(), z32.data(), pairs);
+      kernels_for(c).normal_f64(w.data(), z64.data(), pairs);
+      CHECK(same_bits(std::vector<float>(z32.begin(), z32.end() - 1), want32));
+      CHECK((want64.empty() || std::memcmp(z64.data(), want64.data(), want64.size() * sizeof(double)) == 0));
+      CHECK(z32.back() == -7.0f);
+      CHECK(z64.back() == -7.0);
+    }
+  }
+}
+
+TEST_CASE("cpu isa: max_pool2x2_f32 is PyTorch's max and argmax (first of ties, last NaN) at every capability") {
+  const std::uint64_t seed = test::fresh_seed();
+  INFO("seed = ", seed, " (replay with BRRR_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(), -0.0f, 0.0f};
+  for (std::int64_t ow : {std::int64_t{1}, std::int64_t{7}, std::int64_t{16}, std::int64_t{33}, std::int64_t{257}}) {
+    CAPTURE(ow);
+    const std::int64_t w = 2 * ow + 1, base = 5 * w;  // an odd width: the last column is not read
+    std::vector<float> r0(static_cast<std::size_t>(w)), r1(static_cast<std::size_t>(w));
+    for (auto* r : {&r0, &r1})
+      for (float& v : *r) v = rng() % 8 == 0 ? specials[rng() % 5] : static_cast<float>(rng() % 4);  // many ties
+    // The rule, cell by cell in row-major order.
+    std::vector<float> want(static_cast<std::size_t>(ow));
+    std::vector<std::int64_t> want_idx(static_cast<std::size_t>(ow));
+    for (std::int64_t ox = 0; ox < ow; ++ox) {
+      const float v[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
+      const std::int64_t cell[4] = {base + 2 * ox, base + 2 * ox + 1, base + w + 2 * ox, base + w + 2 * ox + 1};
+      float best = v[0];
+      std::int64_t at = cell[0];
+      for (int k = 1; k < 4; ++k)
+        if (!std::isnan(best) && (v[k] > best || std::isnan(v[k]))) best = v[k], at = cell[k];
+        else if (std::isnan(best) && std::isnan(v[k])) at = cell[k];  // the last NaN
+      want[static_cast<std::size_t>(ox)] = best;
+      want_idx[static_cast<std::size_t>(ox)] = at;
+    }
+    for (Capability c : all) {
+      if (!supported(c)) continue;
+      CAPTURE(kernels_for(c).name);
+      std::vector<float> got(want.size());
+      std::vector<std::int64_t> idx(want.size());
+      kernels_for(c).max_pool2x2_f32(r0.data(), r1.data(), got.data(), idx.data(), ow, base, w);
+      CHECK(idx == want_idx);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CAPTURE(i);
+        if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+        else CHECK(std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want[i]));
+      }
+    }
   }
 }

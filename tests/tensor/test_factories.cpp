@@ -361,14 +361,17 @@ TEST_CASE("randn: mean 0 and std 1 over 100000 samples, every floating dtype, se
   V c = values(randn({4, 8}));
   CHECK(a == b);
   CHECK(a != c);
-  // f32 randn is the f64 draw rounded to f32.
+  // Shapes: a multi-dim randn is the same stream laid out row-major (pairs run across rows).
+  manual_seed(8);
+  V flat = values(randn({15}));
+  manual_seed(8);
+  CHECK(values(randn({3, 5})) == flat);
+  // f64 draws its own 53-bit uniforms (tests/tensor/test_normal.cpp has the values).
   manual_seed(8);
   V d64 = values(randn({500}, {.dtype = DType::f64}));
-  manual_seed(8);
-  V d32 = values(randn({500}));
-  int bad = 0;
-  for (std::size_t i = 0; i < d64.size(); ++i) bad += static_cast<double>(static_cast<float>(d64[i])) != d32[i];
-  CHECK(bad == 0);
+  int needs_more = 0;
+  for (double x : d64) needs_more += static_cast<double>(static_cast<float>(x)) != x;
+  CHECK(needs_more > 450);
 }
 
 TEST_CASE("randint: within [low, high), hits every value of a small range, seeded") {

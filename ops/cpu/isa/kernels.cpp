@@ -17,12 +17,6 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-// glibc's vector math library (libmvec, linked by CMakeLists.txt): log and cos of 4 / 8
-// doubles, the AVX2 ("d") and AVX-512 ("e") variants of the x86-64 vector function ABI.
-extern "C" __attribute__((target("avx2"))) __m256d _ZGVdN4v_log(__m256d);
-extern "C" __attribute__((target("avx2"))) __m256d _ZGVdN4v_cos(__m256d);
-extern "C" __attribute__((target("avx512f"))) __m512d _ZGVeN8v_log(__m512d);
-extern "C" __attribute__((target("avx512f"))) __m512d _ZGVeN8v_cos(__m512d);
 #endif
 
 namespace brrr::backend::cpu {
@@ -69,97 +63,65 @@ void philox_blocks(std::uint64_t seed, std::uint64_t first, std::uint32_t* words
     }
   }
 }
-
-void normal_f64(const std::uint32_t* w, double* z, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) z[i] = rt::normal(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
-}
 }  // namespace baseline
 
-#if defined(__x86_64__)
-// Box-Muller as random_transform::normal, `lanes` elements at a time: the uniforms in
-// plain loops (they vectorise), log and cos by libmvec, the tail by the scalar function.
-#define BRRR_NORMAL_F64(LANES, VEC, LOADU, STOREU, SET1, MUL, SQRT, LOG, COS)                         \
-  void normal_f64(const std::uint32_t* w, double* z, std::int64_t n) {                                \
-    std::int64_t i = 0;                                                                               \
-    for (; i + LANES <= n; i += LANES) {                                                              \
-      double u1[LANES], u2[LANES];                                                                    \
-      for (int j = 0; j < LANES; ++j) {                                                               \
-        const std::uint32_t* e = w + 4 * (i + j);                                                     \
-        u1[j] = 1.0 - rt::uniform53(e[0], e[1]);                                                      \
-        u2[j] = 6.283185307179586476925286766559 * rt::uniform53(e[2], e[3]);                         \
-      }                                                                                               \
-      const VEC r = MUL(SQRT(MUL(SET1(-2.0), LOG(LOADU(u1)))), COS(LOADU(u2)));                        \
-      STOREU(z + i, r);                                                                               \
-    }                                                                                                 \
-    for (; i < n; ++i) z[i] = rt::normal(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);         \
-  }
-#endif
 
 #if defined(__x86_64__)
-// Philox4x32-10 as baseline::philox_blocks, one block per 32-bit lane, in intrinsics: the
-// compilers' vectorisation of the generic loop widens every lane to 64 bits around each
-// multiply (60-110 cycles per block measured); here the 32x32 -> 64 products of the even and
-// odd lanes (mul_epu32) are blended back into lo and hi words, about 8 cycles per block with
-// AVX-512. Integer arithmetic only: the same words as the generic loop on every level.
-// VEC: the vector type; LANES blocks per step; MUL, SRL, SLL, BLEND (odd lanes from b), XOR,
-// SET1, LOAD, STORE: its intrinsics; TRANSPOSE(c0..c3, w): stores the 4 x LANES words of
-// LANES blocks, block-major, at w.
-#define BRRR_PHILOX_BLOCKS(LANES, VEC, MUL, SRL, SLL, BLEND, XOR, SET1, LOAD, TRANSPOSE)              \
-  void philox_blocks(std::uint64_t seed, std::uint64_t first, std::uint32_t* words, std::int64_t n) {  \
-    const VEC m0 = SET1(static_cast<int>(0xD2511F53u)), m1 = SET1(static_cast<int>(0xCD9E8D57u));      \
-    const auto key0 = static_cast<std::uint32_t>(seed), key1 = static_cast<std::uint32_t>(seed >> 32); \
-    for (std::int64_t i = 0; i < n; i += LANES) {                                                      \
-      alignas(64) std::uint32_t a0[LANES], a1[LANES], a2[LANES];                                       \
-      for (int j = 0; j < LANES; ++j) {                                                                \
-        const std::uint64_t b = first + static_cast<std::uint64_t>(i + j), hi = b >> 16;              \
-        a0[j] = static_cast<std::uint32_t>(hi);                                                        \
-        a1[j] = static_cast<std::uint32_t>(hi >> 32);                                                  \
-        a2[j] = static_cast<std::uint32_t>(b & 0xffffu);                                               \
-      }                                                                                                \
-      VEC c0 = LOAD(a0), c1 = LOAD(a1), c2 = LOAD(a2), c3 = SET1(0);                                   \
-      std::uint32_t k0 = key0, k1 = key1;                                                              \
-      for (int round = 0; round < 10; ++round) {                                                       \
-        if (round > 0) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;                                           \
-        const VEC e0 = MUL(c0, m0), o0 = MUL(SRL(c0, 32), m0); /* m0 * c0, even and odd lanes */       \
-        const VEC e1 = MUL(c2, m1), o1 = MUL(SRL(c2, 32), m1);                                         \
-        const VEC lo0 = BLEND(e0, SLL(o0, 32)), hi0 = BLEND(SRL(e0, 32), o0);                          \
-        const VEC lo1 = BLEND(e1, SLL(o1, 32)), hi1 = BLEND(SRL(e1, 32), o1);                          \
-        c0 = XOR(XOR(hi1, c1), SET1(static_cast<int>(k0)));                                            \
-        c2 = XOR(XOR(hi0, c3), SET1(static_cast<int>(k1)));                                            \
-        c1 = lo1;                                                                                      \
-        c3 = lo0;                                                                                      \
-      }                                                                                                \
-      if (n - i >= LANES) {                                                                            \
-        TRANSPOSE(c0, c1, c2, c3, words + 4 * i);                                                      \
-      } else {                                                                                         \
-        alignas(64) std::uint32_t tail[4 * LANES];                                                     \
-        TRANSPOSE(c0, c1, c2, c3, tail);                                                               \
-        std::memcpy(words + 4 * i, tail, static_cast<std::size_t>(4 * (n - i)) * sizeof(std::uint32_t)); \
-      }                                                                                                \
-    }                                                                                                  \
-  }
+// Philox4x32-10 as baseline::philox_blocks, in intrinsics, one block per 64-bit lane: each
+// word sits in the low half of its lane (the high half is ignored: mul_epu32 reads the low
+// 32 bits only), so a round is one full 32x32 -> 64 product per multiplier (its low half is
+// already the next lo word), the high half brought down, and a three-way XOR with the round
+// key. AVX-512 brings one product's high half down by a shift and the other's by a dword
+// shuffle, which run on different ports (both shifts or both shuffles: ~10-20 % slower,
+// measured on the build machine). Several vectors of blocks per step for instruction-level
+// parallelism; the words are then interleaved into cuRAND's block-major order. Integer arithmetic only: the same words as
+// the generic loop on every level (tests/ops/test_cpu_isa.cpp).
 
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 namespace avx2 {
 #include "ops/cpu/isa/kernels.inc"
-BRRR_NORMAL_F64(4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_mul_pd, _mm256_sqrt_pd,
-                _ZGVdN4v_log, _ZGVdN4v_cos)
-inline __m256i blend_odd(__m256i a, __m256i b) { return _mm256_blend_epi32(a, b, 0xAA); }
-inline __m256i load8(const std::uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
-// c0..c3 hold word r of blocks 0..7 (lane = block); w gets blocks 0..7, four words each.
-inline void transpose8(__m256i c0, __m256i c1, __m256i c2, __m256i c3, std::uint32_t* w) {
-  const __m256i t0 = _mm256_unpacklo_epi32(c0, c1), t1 = _mm256_unpackhi_epi32(c0, c1);
-  const __m256i t2 = _mm256_unpacklo_epi32(c2, c3), t3 = _mm256_unpackhi_epi32(c2, c3);
-  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);  // blocks {0, 4}, {1, 5}
-  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);  // {2, 6}, {3, 7}
-  auto* out = reinterpret_cast<__m256i*>(w);
-  _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(u0, u1, 0x20));
-  _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
-  _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
-  _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
+inline __m256i swap_dwords(__m256i a) { return _mm256_shuffle_epi32(a, 0xB1); }
+void philox_blocks(std::uint64_t seed, std::uint64_t first, std::uint32_t* words, std::int64_t n) {
+  constexpr int lanes = 4, sets = 2, step = lanes * sets;
+  const __m256i m0 = _mm256_set1_epi64x(0xD2511F53), m1 = _mm256_set1_epi64x(0xCD9E8D57);
+  const __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3), low16 = _mm256_set1_epi64x(0xffff);
+  __m256i key0[10], key1[10];
+  auto k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    key0[r] = _mm256_set1_epi32(static_cast<int>(k0));
+    key1[r] = _mm256_set1_epi32(static_cast<int>(k1));
+  }
+  for (std::int64_t i = 0; i < n; i += step) {
+    __m256i c0[sets], c1[sets], c2[sets], c3[sets];
+    for (int s = 0; s < sets; ++s) {
+      const __m256i b = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(first + static_cast<std::uint64_t>(i + lanes * s))), lane);
+      c0[s] = _mm256_srli_epi64(b, 16);
+      c1[s] = _mm256_srli_epi64(b, 48);
+      c2[s] = _mm256_and_si256(b, low16);
+      c3[s] = _mm256_setzero_si256();
+    }
+    for (int r = 0; r < 10; ++r)
+      for (int s = 0; s < sets; ++s) {
+        const __m256i p0 = _mm256_mul_epu32(c0[s], m0), p1 = _mm256_mul_epu32(c2[s], m1);
+        c0[s] = _mm256_xor_si256(_mm256_xor_si256(swap_dwords(p1), c1[s]), key0[r]);
+        c2[s] = _mm256_xor_si256(_mm256_xor_si256(swap_dwords(p0), c3[s]), key1[r]);
+        c1[s] = p1;
+        c3[s] = p0;
+      }
+    alignas(32) std::uint32_t tail[4 * step];
+    std::uint32_t* out = n - i >= step ? words + 4 * i : tail;
+    for (int s = 0; s < sets; ++s) {
+      const __m256i t01 = _mm256_blend_epi32(c0[s], swap_dwords(c1[s]), 0xAA);  // (w0, w1) per block
+      const __m256i t23 = _mm256_blend_epi32(c2[s], swap_dwords(c3[s]), 0xAA);
+      const __m256i lo = _mm256_unpacklo_epi64(t01, t23), hi = _mm256_unpackhi_epi64(t01, t23);  // blocks {0, 2}, {1, 3}
+      auto* o = reinterpret_cast<__m256i*>(out + 4 * lanes * s);
+      _mm256_storeu_si256(o, _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+    if (out == tail) std::memcpy(words + 4 * i, tail, static_cast<std::size_t>(4 * (n - i)) * sizeof(std::uint32_t));
+  }
 }
-BRRR_PHILOX_BLOCKS(8, __m256i, _mm256_mul_epu32, _mm256_srli_epi64, _mm256_slli_epi64, blend_odd, _mm256_xor_si256,
-                   _mm256_set1_epi32, load8, transpose8)
 }
 #pragma clang attribute pop
 
@@ -167,49 +129,49 @@ BRRR_PHILOX_BLOCKS(8, __m256i, _mm256_mul_epu32, _mm256_srli_epi64, _mm256_slli_
                              apply_to = function)
 namespace avx512 {
 #include "ops/cpu/isa/kernels.inc"
-// BRRR_NORMAL_F64's arithmetic, the uniforms made in vectors too: each element's two 64-bit
-// draws (w0 << 32 | w1, w2 << 32 | w3) are its 4 words loaded as 2 qwords with their dwords
-// swapped, deinterleaved across 8 elements, and converted exactly (below 2^53) by cvtepu64_pd.
-void normal_f64(const std::uint32_t* w, double* z, std::int64_t n) {
-  const __m512i pick_u1 = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m512i pick_u2 = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
-  const __m512d scale = _mm512_set1_pd(0x1.0p-53), one = _mm512_set1_pd(1.0), minus_two = _mm512_set1_pd(-2.0);
-  const __m512d two_pi = _mm512_set1_pd(6.283185307179586476925286766559);
-  std::int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m512i a = _mm512_shuffle_epi32(_mm512_loadu_si512(w + 4 * i), _MM_PERM_CDAB);  // elements i .. i + 3
-    const __m512i b = _mm512_shuffle_epi32(_mm512_loadu_si512(w + 4 * i + 16), _MM_PERM_CDAB);
-    const __m512i k1 = _mm512_srli_epi64(_mm512_permutex2var_epi64(a, pick_u1, b), 11);
-    const __m512i k2 = _mm512_srli_epi64(_mm512_permutex2var_epi64(a, pick_u2, b), 11);
-    const __m512d u1 = _mm512_sub_pd(one, _mm512_mul_pd(_mm512_cvtepu64_pd(k1), scale));  // (0, 1]
-    const __m512d u2 = _mm512_mul_pd(two_pi, _mm512_mul_pd(_mm512_cvtepu64_pd(k2), scale));
-    _mm512_storeu_pd(z + i, _mm512_mul_pd(_mm512_sqrt_pd(_mm512_mul_pd(minus_two, _ZGVeN8v_log(u1))), _ZGVeN8v_cos(u2)));
+inline __m512i swap_dwords(__m512i a) { return _mm512_shuffle_epi32(a, _MM_PERM_CDAB); }
+void philox_blocks(std::uint64_t seed, std::uint64_t first, std::uint32_t* words, std::int64_t n) {
+  constexpr int lanes = 8, sets = 4, step = lanes * sets;
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53), m1 = _mm512_set1_epi64(0xCD9E8D57);
+  const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), low16 = _mm512_set1_epi64(0xffff);
+  const __m512i pick_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), pick_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  __m512i key0[10], key1[10];
+  auto k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    if (r > 0) k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+    key0[r] = _mm512_set1_epi32(static_cast<int>(k0));
+    key1[r] = _mm512_set1_epi32(static_cast<int>(k1));
   }
-  for (; i < n; ++i) z[i] = rt::normal(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+  for (std::int64_t i = 0; i < n; i += step) {
+    __m512i c0[sets], c1[sets], c2[sets], c3[sets];
+    for (int s = 0; s < sets; ++s) {
+      const __m512i b = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(first + static_cast<std::uint64_t>(i + lanes * s))), lane);
+      c0[s] = _mm512_srli_epi64(b, 16);
+      c1[s] = _mm512_srli_epi64(b, 48);
+      c2[s] = _mm512_and_si512(b, low16);
+      c3[s] = _mm512_setzero_si512();
+    }
+    for (int r = 0; r < 10; ++r)
+      for (int s = 0; s < sets; ++s) {
+        const __m512i p0 = _mm512_mul_epu32(c0[s], m0), p1 = _mm512_mul_epu32(c2[s], m1);
+        c0[s] = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p1, 32), c1[s], key0[r], 0x96);  // a ^ b ^ c
+        c2[s] = _mm512_ternarylogic_epi32(swap_dwords(p0), c3[s], key1[r], 0x96);
+        c1[s] = p1;
+        c3[s] = p0;
+      }
+    alignas(64) std::uint32_t tail[4 * step];
+    std::uint32_t* out = n - i >= step ? words + 4 * i : tail;
+    for (int s = 0; s < sets; ++s) {
+      const __m512i t01 = _mm512_mask_blend_epi32(0xAAAA, c0[s], swap_dwords(c1[s]));  // (w0, w1) per block
+      const __m512i t23 = _mm512_mask_blend_epi32(0xAAAA, c2[s], swap_dwords(c3[s]));
+      _mm512_storeu_si512(out + 4 * lanes * s, _mm512_permutex2var_epi64(t01, pick_lo, t23));
+      _mm512_storeu_si512(out + 4 * lanes * s + 16, _mm512_permutex2var_epi64(t01, pick_hi, t23));
+    }
+    if (out == tail) std::memcpy(words + 4 * i, tail, static_cast<std::size_t>(4 * (n - i)) * sizeof(std::uint32_t));
+  }
 }
-inline __m512i blend_odd(__m512i a, __m512i b) { return _mm512_mask_blend_epi32(0xAAAA, a, b); }
-inline __m512i load16(const std::uint32_t* p) { return _mm512_load_si512(p); }
-// As avx2::transpose8 for 16 blocks: unpacks within 128-bit lanes, then two lane shuffles.
-inline void transpose16(__m512i c0, __m512i c1, __m512i c2, __m512i c3, std::uint32_t* w) {
-  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-  const __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-  const __m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);  // {0,4,8,12}, {1,5,9,13}
-  const __m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);  // {2,6,10,14}, {3,7,11,15}
-  const __m512i x0 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));  // blocks 0, 8, 1, 9
-  const __m512i x1 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(2, 0, 2, 0));  // 2, 10, 3, 11
-  const __m512i x2 = _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));  // 4, 12, 5, 13
-  const __m512i x3 = _mm512_shuffle_i32x4(u2, u3, _MM_SHUFFLE(3, 1, 3, 1));  // 6, 14, 7, 15
-  _mm512_storeu_si512(w + 0, _mm512_shuffle_i32x4(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)));
-  _mm512_storeu_si512(w + 16, _mm512_shuffle_i32x4(x2, x3, _MM_SHUFFLE(2, 0, 2, 0)));
-  _mm512_storeu_si512(w + 32, _mm512_shuffle_i32x4(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)));
-  _mm512_storeu_si512(w + 48, _mm512_shuffle_i32x4(x2, x3, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-BRRR_PHILOX_BLOCKS(16, __m512i, _mm512_mul_epu32, _mm512_srli_epi64, _mm512_slli_epi64, blend_odd, _mm512_xor_si512,
-                   _mm512_set1_epi32, load16, transpose16)
 }
 #pragma clang attribute pop
-#undef BRRR_NORMAL_F64
-#undef BRRR_PHILOX_BLOCKS
 #else  // other architectures: the baseline build only, under every name
 namespace avx2 = baseline;
 namespace avx512 = baseline;
@@ -219,11 +181,14 @@ namespace {
 
 constexpr IsaKernels tables[] = {
     {Capability::baseline, "baseline", baseline::exp_array_f32, baseline::softmax_f32, baseline::sum_f32,
-     baseline::sum_f64, baseline::philox_blocks, baseline::normal_f64},
+     baseline::sum_f64, baseline::philox_blocks, baseline::normal_f32, baseline::normal_f64,
+     baseline::max_pool2x2_f32},
     {Capability::avx2, "avx2", avx2::exp_array_f32, avx2::softmax_f32, avx2::sum_f32, avx2::sum_f64,
-     avx2::philox_blocks, avx2::normal_f64},
+     avx2::philox_blocks, avx2::normal_f32, avx2::normal_f64,
+     avx2::max_pool2x2_f32},
     {Capability::avx512, "avx512", avx512::exp_array_f32, avx512::softmax_f32, avx512::sum_f32, avx512::sum_f64,
-     avx512::philox_blocks, avx512::normal_f64},
+     avx512::philox_blocks, avx512::normal_f32, avx512::normal_f64,
+     avx512::max_pool2x2_f32},
 };
 
 const IsaKernels& choose() {

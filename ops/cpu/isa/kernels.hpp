@@ -29,13 +29,17 @@ struct IsaKernels {
   /// cuRAND's Philox4x32-10 words of blocks first .. first + n - 1 under `seed` (4 words
   /// per block into words[0 .. 4n)): random_transform::philox_words of whole blocks.
   void (*philox_blocks)(std::uint64_t seed, std::uint64_t first, std::uint32_t* words, std::int64_t n);
-  /// z[i] = random_transform::normal(words[4i .. 4i + 3]) for i < n: Box-Muller in double.
-  /// The baseline calls glibc's log and cos (as random_transform::normal); avx2 and avx512
-  /// call glibc's vector math library (libmvec, 4 and 8 lanes), whose results can differ
-  /// in the last bits of the double (measured: at most 8.2e-16 relative; no f32 value
-  /// changed in 16M draws). So normals are the only results that may differ between
-  /// capabilities, in f64 only.
-  void (*normal_f64)(const std::uint32_t* words, double* z, std::int64_t n);
+  /// Standard normals, `pairs` Box-Muller pairs: z[2i], z[2i + 1] =
+  /// random_transform::normal_pair_f32(words[2i], words[2i + 1]), and for f64
+  /// normal_pair_f64(words[4i .. 4i + 3]). Our own log and sin/cos with explicit roundings
+  /// and FMAs (ops/normal_math.hpp): every capability gives the same bits, and so does the GPU.
+  void (*normal_f32)(const std::uint32_t* words, float* z, std::int64_t pairs);
+  void (*normal_f64)(const std::uint32_t* words, double* z, std::int64_t pairs);
+  /// One output row of max_pool2d with a 2x2 window, stride 2, no padding, dilation 1, f32:
+  /// input rows r0 and r1 (contiguous), `ow` maxima into out and their flat argmaxes into idx
+  /// (the first window's top-left cell is `base`, input rows `w` apart), PyTorch's NaN rule.
+  void (*max_pool2x2_f32)(const float* r0, const float* r1, float* out, std::int64_t* idx, std::int64_t ow,
+                          std::int64_t base, std::int64_t w);
 };
 
 /// Whether this CPU (and its OS) can run kernels of capability c.
