@@ -215,17 +215,6 @@ template <class T> Parts parts_of(std::int64_t rows, std::int64_t cols) {
   return p;
 }
 
-template <class F> void with_lanes_n(int n, F&& f) {
-  switch (n) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 16: f(std::integral_constant<int, 16>{}); break;
-    default: f(std::integral_constant<int, 32>{}); break;
-  }
-}
-
 template <class T>
 int layer_norm_backward_typed(T* dx, racc_t<T>* dw, racc_t<T>* db, const T* dy, const T* x, const racc_t<T>* mean,
                               const racc_t<T>* rstd, const racc_t<T>* w, std::int64_t rows, std::int64_t cols,
@@ -238,7 +227,7 @@ int layer_norm_backward_typed(T* dx, racc_t<T>* dw, racc_t<T>* db, const T* dy, 
     const auto grid = static_cast<unsigned>(p.parts);
     const std::size_t smem = sums ? static_cast<std::size_t>(lnb_warps) * 2 * static_cast<std::size_t>(cols) * sizeof(A) : 0;
     const int c = static_cast<int>(cols);
-    with_lanes_n(lanes_n(cols), [&](auto n) {
+    with_pow2_upto32(lanes_n(cols), [&](auto n) {
       constexpr int N = decltype(n)::value;
       if constexpr (N <= lnb_max_n<A>)
         layer_norm_backward_warp<T, N><<<grid, lnb_warps * 32, smem, st>>>(dx, partial, dy, x, mean, rstd, w, rows, c);
