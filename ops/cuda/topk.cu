@@ -43,6 +43,10 @@ constexpr std::int64_t passes_min_chunk = 8 * 1024;  // elements per block at le
 template <class T> using key_t = sm::sort_key_t<T>;
 
 __host__ __device__ std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
+// Dynamic shared memory sizes are rounded up to 16 bytes: nvcc reads two adjacent 4-byte keys
+// of the winners' array with one 8-byte load (LDS.64), which for the last key of an odd k
+// reaches 4 bytes past the array (compute-sanitizer reported it at the end of the allocation).
+std::size_t smem_size(std::size_t b) { return (b + 15) / 16 * 16; }
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // The select key: sort's key, complemented when the largest are wanted.
@@ -136,7 +140,7 @@ __device__ __forceinline__ void stream_chunk(const T* __restrict__ xr, std::int6
 // ---- rows path ----
 
 template <class T> std::size_t rows_smem_bytes(std::int64_t n, std::int64_t k) {
-  return align256(sizeof(key_t<T>) * n) + sizeof(std::int64_t) * k + sizeof(key_t<T>) * k;
+  return smem_size(align256(sizeof(key_t<T>) * n) + sizeof(std::int64_t) * k + sizeof(key_t<T>) * k);
 }
 
 template <class T>
@@ -504,7 +508,7 @@ int topk(const Operand& values, const Operand& indices, const Operand& in, std::
         gather_winners_kernel<T><<<grid, threads, 0, s>>>(w.state, w.tie_base, w.taken, w.win_key, w.win_pos, x, p.n, k,
                                                           p.parts, p.chunk, largest);
         const std::int64_t k_parts = ceil_div(k, threads);
-        place_kernel<T><<<static_cast<unsigned>(p.rows * k_parts), threads, (sizeof(std::int64_t) + sizeof(U)) * k, s>>>(
+        place_kernel<T><<<static_cast<unsigned>(p.rows * k_parts), threads, smem_size((sizeof(std::int64_t) + sizeof(U)) * k), s>>>(
             out_v, out_i, w.win_key, w.win_pos, x, p.n, k, k_parts);
         break;
       }

@@ -43,9 +43,10 @@ testing::CloseOptions tol(DType d) {
 // weight-gradient GEMMs, the fused attention's P and dS tiles), so its error scales with the
 // gradient's magnitude rather than the element's: atol is two units of the low dtype's
 // rounding at the largest reference gradient.
-// `scaled`: the output's atol is also the attention row's (tests/tolerances.hpp) times the
-// largest |expected|, for the fused attention, whose P tiles are rounded to the low dtype before
-// P V (as PyTorch's flash kernel does) while the CPU composite keeps them in f32.
+// `scaled`: the output's and the gradients' atol is also the attention row's (tests/tolerances.hpp)
+// times the largest |expected|, for the fused attention, whose P and dS tiles are rounded to the
+// low dtype before their products (as PyTorch's flash kernel does) while the CPU composite keeps
+// them in f32.
 template <class F>
 void autocast_parity(const std::string& what, F&& f, const std::vector<Tensor>& in, bool scaled = false) {
   for (DType low : {DType::bf16, DType::f16}) {
@@ -78,6 +79,7 @@ void autocast_parity(const std::string& what, F&& f, const std::vector<Tensor>& 
       for (float v : c[i].grad().to(DType::f32).to_host<float>()) scale = std::max(scale, std::abs(double(v)));
       testing::CloseOptions o = tol(low);
       o.atol = std::max(*o.atol, 2 * unit * scale);
+      if (scaled) o.atol = std::max(*o.atol, tolerance(Computed::attention, low).atol * scale);  // dS rounded too
       check_parity(g[i].grad(), c[i].grad(), name + " grad " + std::to_string(i), o);
     }
   }

@@ -9,6 +9,7 @@
 // (skipped).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -86,7 +87,17 @@ TEST_CASE("layer_norm backward parity: every kernel path, dtypes, weight/bias op
         for (std::size_t i = 0; i < got.size(); ++i) {
           INFO("gradient ", i);
           CHECK(got[i].dtype() == want[i].dtype());
-          CHECK_NOTHROW(testing::assert_close(got[i], want[i], parity(got[i].dtype())));
+          // dweight/dbias (i > 0) are column sums over `rows` terms, in f32 on the GPU and in
+          // double on the CPU: their f32 error grows with the rows and the terms' size (seen:
+          // 3.3e-5 on 0.65 over 16385 rows), so f32's atol is sqrt(rows) units of f32 at the
+          // largest reference sum.
+          testing::CloseOptions o = parity(got[i].dtype());
+          if (i > 0 && got[i].dtype() == DType::f32) {
+            double big = 0;
+            for (double v : want[i].to(DType::f64).to_host<double>()) big = std::max(big, std::abs(v));
+            o.atol = std::max(*o.atol, std::sqrt(static_cast<double>(s.rows)) * 0x1p-24 * big);
+          }
+          CHECK_NOTHROW(testing::assert_close(got[i], want[i], o));
           CHECK(same_values(got[i], again[i]));  // no atomics: the same bits every run
         }
       }
