@@ -458,20 +458,14 @@ void CudaBackend::gemm(const GemmArgs& g) {
     if (len <= 0) return;
     const Operand dst = operand(g.bias_grad, g.dtype, g.device, {len}, {1});
     if (g.k == 0) return fill(dst, 0.0);
-    // The sum's dtype: f32 for bf16/f16 (reduce's rule), then converted.
-    const bool narrow = g.dtype == DType::bf16 || g.dtype == DType::f16;
-    Storage wide;
-    if (narrow) wide = allocate_device(static_cast<std::size_t>(len) * sizeof(float), g.device, stream);
-    void* sums = narrow ? wide.data() : g.bias_grad;
-    const DType sum_dtype = narrow ? DType::f32 : g.dtype;
+    // reduce accumulates bf16/f16 in f32 and rounds once into an output of their dtype.
     if (of_b) {  // B [k, n] summed over dim 0
       const Operand in = operand(const_cast<void*>(g.b), g.dtype, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride});
-      reduce(ReduceOp::sum, operand(sums, sum_dtype, g.device, {1, g.n}, {g.n, 1}), in, 1u, nullptr);
+      reduce(ReduceOp::sum, operand(g.bias_grad, g.dtype, g.device, {1, g.n}, {g.n, 1}), in, 1u, nullptr);
     } else {  // A [m, k] summed over dim 1
       const Operand in = operand(const_cast<void*>(g.a), g.dtype, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride});
-      reduce(ReduceOp::sum, operand(sums, sum_dtype, g.device, {g.m, 1}, {1, 1}), in, 2u, nullptr);
+      reduce(ReduceOp::sum, operand(g.bias_grad, g.dtype, g.device, {g.m, 1}, {1, 1}), in, 2u, nullptr);
     }
-    if (narrow) copy(dst, operand(sums, DType::f32, g.device, {len}, {1}));
   }
 }
 
