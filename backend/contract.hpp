@@ -162,9 +162,20 @@ struct MultiTensor {
   std::vector<std::int64_t> numels;
 };
 
+/// The operand of a GEMM whose sum over k a bias-gradient epilogue writes (GemmArgs).
+enum class GemmOperand : std::uint8_t { a, b };
+
 /// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],
 /// B [batch, k, n], C [batch, m, n] contiguous. In A and B one of the row/col strides is 1
 /// (the op layer copies otherwise); batch strides may be 0 (broadcast). All in elements.
+/// Optional epilogues, at most one of the two, batch == 1 only (CUDA: fused into the GEMM by
+/// cuBLASLt where it has a kernel for the case, else a separate kernel after it):
+///  * bias (C's dtype, contiguous [n]): C[i, j] = alpha (A B)[i, j] + beta C[i, j] + bias[j],
+///    computed in the accumulation type and rounded once.
+///  * bias_grad (C's dtype, contiguous; alpha == 1): the sum over k of one operand, written
+///    beside C: of B, bias_grad[j] = sum_k B[k, j] ([n]); of A, bias_grad[i] = sum_k A[i, k]
+///    ([m]); accumulated in f32 (f64 for f64; the CPU in f64), zeros for k == 0. A linear
+///    layer's weight-gradient GEMM gives its bias gradient so.
 struct GemmArgs {
   DType dtype = DType::f32;
   int device = -1;
@@ -176,6 +187,9 @@ struct GemmArgs {
   void* c = nullptr;
   double alpha = 1, beta = 0;
   bool allow_tf32 = false;
+  const void* bias = nullptr;
+  void* bias_grad = nullptr;
+  GemmOperand bias_grad_of = GemmOperand::b;
 };
 
 /// What a random fill draws.

@@ -28,6 +28,7 @@ using backend::BinaryOp;
 using backend::CheckedOp;
 using backend::Distribution;
 using backend::GemmArgs;
+using backend::GemmOperand;
 using backend::Integers;
 using backend::is_comparison;
 using backend::is_rounding_division;

@@ -503,8 +503,9 @@ struct UniqueResult {
 
 /// Matrix product with NumPy/PyTorch semantics: 1-D x 1-D -> [] (dot); [n, k] x [k, m] ->
 /// [n, m]; 1-D operands get a dim prepended/appended and removed again; batched [..., n, k] x
-/// [..., k, m] broadcasts the batch dims. f32/f64/bf16/f16. CUDA: cuBLAS strided-batched
-/// GEMM, transposed views mapped to transpose flags (no copy); CPU: Eigen.
+/// [..., k, m] broadcasts the batch dims. f32/f64/bf16/f16. CUDA: cuBLASLt (cuBLAS's
+/// strided-batched GEMM where Lt has no kernel), transposed views mapped to transpose flags
+/// (no copy); CPU: OpenBLAS.
 /// Throws Error(shape) e.g. "matmul: shapes [32, 784] and [128, 10] cannot be multiplied
 /// (784 != 128)".
 [[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b);
@@ -518,6 +519,9 @@ bool allow_tf32();
 [[nodiscard]] Tensor mm(const Tensor& a, const Tensor& mat2);
 [[nodiscard]] Tensor bmm(const Tensor& a, const Tensor& mat2);
 /// beta input + alpha mat1 @ mat2 (input broadcast; beta = 0 ignores input, NaN included).
+/// With beta = alpha = 1 and input a row ([n] or [1, n]) of mat1's dtype, one GEMM with the
+/// bias added in its epilogue (cuBLASLt's on CUDA), whose backward fuses the bias gradient
+/// into the weight-gradient GEMM; otherwise mm, mul and add.
 [[nodiscard]] Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double beta = 1,
                            double alpha = 1);
 [[nodiscard]] Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1,
@@ -528,6 +532,8 @@ bool allow_tf32();
 /// [n] x [m] -> [n, m].
 [[nodiscard]] Tensor outer(const Tensor& a, const Tensor& vec2);
 /// input @ weight^T + bias: input [..., in], weight [out, in] (or [in]), bias [out] or undefined.
+/// A 2-D weight with a 1-D bias of its dtype is one GEMM over input flattened to [rows, in],
+/// the bias fused as in addmm; without a bias, matmul(input, weight^T).
 [[nodiscard]] Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
 /// Contraction over dims_a of a with dims_b of b (sizes equal), or over a's last `dims` with
 /// b's first: [free_a..., free_b...]. One matmul after permutes and reshapes.
@@ -1372,6 +1378,12 @@ Tensor conv2d_composite_weight_grad(const Tensor& grad_out, const Tensor& x, con
                                     std::int64_t groups, const Shape& weight_shape);
 /// The bias gradient of a convolution: grad_out [N, O, ...] summed to [O].
 Tensor conv_bias_grad(const Tensor& grad_out);
+
+/// x [M, K] @ w [K, N] + bias [N] (ops/matmul.cpp): one GEMM with the bias in its epilogue,
+/// recorded as one node whose rule is dx = g w^T, dw = x^T g with the bias gradient fused into
+/// that GEMM (recorded matmul and sum under create_graph). x and w 2-D, bias 1-D or undefined,
+/// one floating dtype on one device, shapes agreeing: the caller (addmm, linear) checks.
+Tensor linear_2d(const Tensor& x, const Tensor& w, const Tensor& bias);
 
 }  // namespace brrr::ops_detail
 
