@@ -629,15 +629,17 @@ void set_num_threads(int n);
 int get_num_threads();
 
 /// Seeds the generators of every device (CPU and each CUDA device) and resets their
-/// offsets: the same seed gives bit-identical rand/randint on CPU and GPU, and randn equal
-/// to the last bit of the dtype (f32 measured identical).
+/// offsets: the same seed gives bit-identical rand, randn and randint on CPU and GPU.
 void manual_seed(std::uint64_t seed);
 /// Uniform on [0, 1). Floating dtypes only.
 /// Draws: cuRAND Philox4x32-10 32-bit words (host generator on the CPU, device generator on
 /// CUDA) with one transform of our own: f32/f16/bf16 use 24 bits, f64 53 bits.
 [[nodiscard]] Tensor rand(Shape shape, TensorOptions options = {});
-/// Standard normal. Box-Muller (Box & Muller 1958) on two 53-bit uniforms, in double,
-/// rounded to the dtype. Floating dtypes only.
+/// Standard normal. Box-Muller (Box & Muller 1958) pairs: elements 2j and 2j + 1 are the
+/// cosine and sine halves of one draw, from two 32-bit uniforms computed in f32 (f16 and bf16
+/// round the f32 values), or two 53-bit uniforms in double for f64; |z| <= 6.76 (f32) and
+/// 8.58 (f64). Our own log/sin/cos (ops/normal_math.hpp): within 4 ulps of exact, and the same
+/// bits on CPU and GPU. Floating dtypes only.
 [[nodiscard]] Tensor randn(Shape shape, TensorOptions options = {});
 /// Uniform integers in [low, high). Default dtype i64. Throws Error(value) if high <= low.
 [[nodiscard]] Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions options = {});

@@ -3,8 +3,9 @@
 // (x86-64-v3) and AVX-512 (F, DQ, BW, VL). Plain header, no module: included by the module
 // units of ops/cpu/ in their global fragment and by the one TU that defines the kernels
 // (ops/cpu/isa/kernels.cpp). Every level computes the same operations in the same order,
-// without contracting a * b + c into an FMA, so results are bitwise the same on every CPU;
-// only their speed differs (tests/ops/test_cpu_isa.cpp checks it).
+// without contracting a * b + c into an FMA (the normals' FMAs are explicit std::fma calls,
+// one rounding at every level), so results are bitwise the same on every CPU; only their
+// speed differs (tests/ops/test_cpu_isa.cpp checks it).
 #pragma once
 #include <cstdint>
 
