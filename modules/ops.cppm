@@ -1354,6 +1354,11 @@ Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
 Tensor dropout_noise_from(const Tensor& u, double p, DType dtype);
 /// The uniforms' dtype of a dropout of x's dtype: f64 for f64, else f32 (its 24-bit draws).
 DType dropout_uniform_dtype(DType dtype);
+/// The generator state of a dropout of `numel` elements of `dtype` on `dev` (the words the next
+/// rand() of numel uniforms of dropout_uniform_dtype(dtype) would draw), which it consumes: the
+/// device generator's, or under a CUDA graph capture the graph's next words (ops/dropout.cpp;
+/// the fused dropout and the fused attention's).
+backend::AttentionDropout draw_dropout(double p, DType dtype, Device dev, std::int64_t numel);
 
 /// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape), summing
 /// overlaps; differentiable (its adjoint is unfold; ops/conv.cpp).

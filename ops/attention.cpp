@@ -110,27 +110,6 @@ struct FlashParams {
   backend::AttentionDropout dropout;  // p == 0: none
 };
 
-// The dropout of a fused forward with `numel` = B*H*L*S probabilities: the words rand() would
-// draw next from the device's generator (advanced past them), or under a CUDA graph capture
-// the next words of the graph's draws.
-backend::AttentionDropout draw_dropout(double p, const Tensor& q, std::int64_t numel) {
-  backend::AttentionDropout d;
-  d.p = p;
-  const Device dev = q.device();
-  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, dropout_uniform_dtype(q.dtype()), numel);
-  if (dev.is_cuda() && backend::capture_underway(dev.index())) {
-    const backend::CaptureRandomState at = backend::capture_random_words(dev.index(), words);
-    d.seed_offset = at.seed_offset;
-    d.offset = at.extra;
-  } else {
-    backend::GeneratorState& gen = backend::generator(dev);
-    d.seed = gen.seed;
-    d.offset = gen.offset;
-    gen.offset += words;
-  }
-  return d;
-}
-
 // The composite dropout's noise (mask / (1 - p) in q's dtype, [B, H, L, S]) from the words a
 // fused forward used: what dropout_noise draws, at the saved generator state.
 Tensor dropout_noise_of(const backend::AttentionDropout& d, const Tensor& q, const Tensor& k) {
@@ -204,7 +183,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
     lse = empty({query.size(0), query.size(1), query.size(2)},
                 {.dtype = query.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = dev});
     if (out.numel() > 0 && options.dropout_p > 0)
-      params.dropout = draw_dropout(options.dropout_p, query, out.numel() / query.size(3) * key.size(2));
+      params.dropout = draw_dropout(options.dropout_p, query.dtype(), dev, out.numel() / query.size(3) * key.size(2));
     if (out.numel() > 0)
       backend::backend_for(dev).attention_forward(backend::output(out, flash), backend::output(lse, flash),
                                                   backend::input(q, flash), backend::input(k, flash),

@@ -35,17 +35,10 @@ Tensor ops_detail::dropout_noise(const Tensor& x, const Shape& shape, double p) 
   return dropout_noise_from(u, p, x.dtype());
 }
 
-namespace {
-
-// The generator state of the next rand() of `numel` uniforms (f32; f64 for f64) on x's
-// device, which the draw then consumes: from the device's generator, or under a CUDA graph
-// capture the graph's next words.
-backend::AttentionDropout draw_state(double p, const Tensor& x) {
+backend::AttentionDropout ops_detail::draw_dropout(double p, DType dtype, Device dev, std::int64_t numel) {
   backend::AttentionDropout d;
   d.p = p;
-  const Device dev = x.device();
-  const std::uint64_t words =
-      backend::random_words(backend::Distribution::uniform, dropout_uniform_dtype(x.dtype()), x.numel());
+  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, dropout_uniform_dtype(dtype), numel);
   if (dev.is_cuda() && backend::capture_underway(dev.index())) {
     const backend::CaptureRandomState at = backend::capture_random_words(dev.index(), words);
     d.seed_offset = at.seed_offset;
@@ -58,8 +51,6 @@ backend::AttentionDropout draw_state(double p, const Tensor& x) {
   }
   return d;
 }
-
-}  // namespace
 
 // One fused kernel (backend dropout: the uniforms drawn in the kernel, the noise written for
 // backward) computing exactly x * dropout_noise(x, x.shape(), p): the same words, the same
@@ -81,7 +72,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
     if (x.numel() > 0)
       backend::backend_for(x.device())
           .dropout(backend::output(out, "dropout"), backend::output(noise, "dropout"), backend::input(xc, "dropout"),
-                   draw_state(p, x));
+                   draw_dropout(p, x.dtype(), x.device(), x.numel()));
   }
   // d out / dx = noise (the gradient of out = x * noise, as a recorded op under create_graph).
   if (autograd::any_requires_grad({x}))
