@@ -530,11 +530,16 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* out (contiguous) from Philox words at (seed, offset); low/high bound integers. */                              \
   X(random, (const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,     \
              std::int64_t high))                                                                                    \
-  /* Dropout (inverted) of contiguous `in` into contiguous `out` and `noise` (in's floating dtype and shape):      \
-     noise[i] = u_i >= p ? 1 / (1 - p) : 0 (rounded to the dtype) and out[i] = in[i] * noise[i], u_i the uniform     \
-     that rand() (f32; f64 for f64) would draw for element i at the generator state `d` (AttentionDropout's rule  \
-     over the flat index; under a CUDA graph capture read from d.seed_offset). 0 < p < 1. */                       \
-  X(dropout, (const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d))             \
+  /* Dropout (inverted) of contiguous `in` into contiguous `out` (in's floating dtype and shape) and `mask`       \
+     (boolean, in's shape): mask[i] = u_i >= p and out[i] = in[i] * z_i with z_i = mask[i] ? 1 / (1 - p) : 0      \
+     rounded to the dtype, u_i the uniform that rand() (f32; f64 for f64) would draw for element i at the          \
+     generator state `d` (AttentionDropout's rule over the flat index; under a CUDA graph capture read from         \
+     d.seed_offset). 0 < p < 1. */                                                                                  \
+  X(dropout, (const Operand& out, const Operand& mask, const Operand& in, const AttentionDropout& d))              \
+  /* Dropout's backward: grad_in[i] = grad_out[i] * z_i, z_i as in `dropout` from the boolean mask and p (so a NaN  \
+     gradient stays NaN where dropped, as grad * noise does). All contiguous, grad_in and grad_out one floating     \
+     dtype. 0 < p < 1. */                                                                                           \
+  X(dropout_backward, (const Operand& grad_in, const Operand& grad_out, const Operand& mask, double p))             \
   /* out[i] = f(in[i]); same shape and dtype (p0/p1: clamp's bounds). */                                            \
   X(unary, (UnaryOp op, const Operand& out, const Operand& in, double p0, double p1))                               \
   /* out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one dtype; out has that     \

@@ -5,8 +5,10 @@
 // f32 uniforms for f32/bf16/f16 so that p is not rounded to 8 or 11 bits), and rand() is
 // bit-identical on CPU and GPU: the same seed gives the same mask on both. out = x * noise
 // with noise = mask / (1 - p) in x's dtype (PyTorch's _dropout_impl), so the gradient is
-// g * noise; dropout computes it in one fused kernel (the uniforms drawn inside it, the noise
-// kept for backward). p == 1 gives x * 0 as PyTorch (zeros, NaN where x is NaN/inf).
+// g * noise; dropout computes it in one fused kernel (the uniforms drawn inside it) and keeps
+// the boolean mask for backward (one byte per element, as PyTorch's native_dropout), whose
+// kernel multiplies by the same noise. p == 1 gives x * 0 as PyTorch (zeros, NaN where x is
+// NaN/inf).
 // dropout2d draws the same noise once per channel.
 module;
 #include <cmath>
@@ -52,7 +54,7 @@ backend::AttentionDropout ops_detail::draw_dropout(double p, DType dtype, Device
   return d;
 }
 
-// One fused kernel (backend dropout: the uniforms drawn in the kernel, the noise written for
+// One fused kernel (backend dropout: the uniforms drawn in the kernel, the mask written for
 // backward) computing exactly x * dropout_noise(x, x.shape(), p): the same words, the same
 // noise and products, one pass instead of rand, ge, where and mul.
 Tensor dropout(const Tensor& x, double p, bool training) {
@@ -63,21 +65,34 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (!is_floating_point(x.dtype()))
     throw Error::dtype_not_supported("dropout", "expected a floating-point input", x);
   if (p == 1.0) return mul(x, 0.0);
-  Tensor out, noise;
+  Tensor out, mask;
   {
     NoGradGuard no_grad;
     Tensor xc = x.contiguous();
     out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-    noise = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    mask = empty(x.shape(), {.dtype = DType::boolean, .device = x.device()});
     if (x.numel() > 0)
       backend::backend_for(x.device())
-          .dropout(backend::output(out, "dropout"), backend::output(noise, "dropout"), backend::input(xc, "dropout"),
+          .dropout(backend::output(out, "dropout"), backend::output(mask, "dropout"), backend::input(xc, "dropout"),
                    draw_dropout(p, x.dtype(), x.device(), x.numel()));
   }
-  // d out / dx = noise (the gradient of out = x * noise, as a recorded op under create_graph).
+  // d out / dx = noise: g * noise in one kernel, or as recorded ops under create_graph.
   if (autograd::any_requires_grad({x}))
-    autograd::record("DropoutBackward", {x}, {out}, {noise},
-                     [](const autograd::Backward& c) { return autograd::Grads{mul(c.grad(), c.saved(0))}; });
+    autograd::record("DropoutBackward", {x}, {out}, {mask}, [p, dtype = x.dtype()](const autograd::Backward& c) {
+      const Tensor& m = c.saved(0);
+      const Tensor& g = c.grad();
+      if (autograd::is_grad_enabled() || g.dtype() != dtype) {
+        const TensorOptions o{.dtype = dtype, .device = m.device()};
+        return autograd::Grads{mul(g, where(m, full({}, 1.0 / (1.0 - p), o), zeros({}, o)))};
+      }
+      Tensor gc = g.contiguous();
+      Tensor gi = empty(gc.shape(), {.dtype = gc.dtype(), .device = gc.device()});
+      if (gc.numel() > 0)
+        backend::backend_for(gc.device())
+            .dropout_backward(backend::output(gi, "dropout backward"), backend::input(gc, "dropout backward"),
+                              backend::input(m, "dropout backward"), p);
+      return autograd::Grads{gi};
+    });
   return out;
 }
 

@@ -197,7 +197,7 @@ void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t see
 
 // The words of dropout's uniforms in chunks of whole Philox blocks (split over the intra-op
 // pool; each element's words depend only on its index, so not on the thread count).
-void CpuBackend::dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d) {
+void CpuBackend::dropout(const Operand& out, const Operand& mask, const Operand& in, const AttentionDropout& d) {
   namespace rt = random_transform;
   if (in.numel == 0) return;
   dispatch(in.dtype, [&]<class T>(T*) {
@@ -208,7 +208,7 @@ void CpuBackend::dropout(const Operand& out, const Operand& noise, const Operand
       const T keep = narrow_to<T>(1.0 / (1.0 - d.p)), zero = narrow_to<T>(0.0);
       const float p32 = static_cast<float>(d.p);
       const auto* x = static_cast<const T*>(in.data);
-      auto* z = static_cast<T*>(noise.data);
+      auto* m = static_cast<bool*>(mask.data);
       auto* y = static_cast<T*>(out.data);
       constexpr std::int64_t chunk = 4096;  // elements
       cpu::parallel_for((in.numel + chunk - 1) / chunk, 4, [&](std::int64_t c0, std::int64_t c1) {
@@ -222,10 +222,28 @@ void CpuBackend::dropout(const Operand& out, const Operand& noise, const Operand
             bool kept;
             if constexpr (std::is_same_v<T, double>) kept = rt::uniform53(w[2 * k], w[2 * k + 1]) >= d.p;
             else kept = rt::uniform_bits(w[k], 24) >= p32;
-            z[i] = kept ? keep : zero;
-            y[i] = narrow_to<T>(load<T>(x[i]) * load<T>(z[i]));
+            m[i] = kept;
+            y[i] = narrow_to<T>(load<T>(x[i]) * load<T>(kept ? keep : zero));
           }
         }
+      });
+    }
+  });
+}
+
+void CpuBackend::dropout_backward(const Operand& grad_in, const Operand& grad_out, const Operand& mask, double p) {
+  if (grad_out.numel == 0) return;
+  dispatch(grad_out.dtype, [&]<class T>(T*) {
+    if constexpr (!is_floating<T>) {
+      throw Error(ErrorKind::dtype, std::string("dropout backward: expected a floating-point gradient, got ") +
+                                        to_string(grad_out.dtype));
+    } else {
+      const T keep = narrow_to<T>(1.0 / (1.0 - p)), zero = narrow_to<T>(0.0);
+      const auto* g = static_cast<const T*>(grad_out.data);
+      const auto* m = static_cast<const bool*>(mask.data);
+      auto* y = static_cast<T*>(grad_in.data);
+      cpu::parallel_for(grad_out.numel, 1 << 15, [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) y[i] = narrow_to<T>(load<T>(g[i]) * load<T>(m[i] ? keep : zero));
       });
     }
   });

@@ -67,10 +67,16 @@ void CudaBackend::random(const Operand& out, Distribution dist, std::uint64_t se
                                             stream->handle));
 }
 
-void CudaBackend::dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d) {
+void CudaBackend::dropout(const Operand& out, const Operand& mask, const Operand& in, const AttentionDropout& d) {
   if (in.numel == 0) return;
   DeviceGuard g(in.device);
-  BRRR_CUDA_CHECK(kernels::dropout(out, noise, in, d, current_stream(in.device)->handle));
+  BRRR_CUDA_CHECK(kernels::dropout(out, mask, in, d, current_stream(in.device)->handle));
+}
+
+void CudaBackend::dropout_backward(const Operand& grad_in, const Operand& grad_out, const Operand& mask, double p) {
+  if (grad_out.numel == 0) return;
+  DeviceGuard g(grad_out.device);
+  BRRR_CUDA_CHECK(kernels::dropout_backward(grad_in, grad_out, mask, p, current_stream(grad_out.device)->handle));
 }
 
 Backend& cuda_backend() {

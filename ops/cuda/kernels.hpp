@@ -28,9 +28,13 @@ int fill(const Operand& out, double value, void* stream);
 int copy(const Operand& dst, const Operand& src, void* stream);
 /// out (contiguous)[i] = start + i * step.
 int arange(const Operand& out, double start, double step, void* stream);
-/// The contract's dropout (ops/cuda/random.cu): contiguous out, noise and in of one floating
-/// dtype; the Philox words computed in the kernel (graph-capturable through d.seed_offset).
-int dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d, void* stream);
+/// The contract's dropout (ops/cuda/random.cu): contiguous out and in of one floating dtype,
+/// a contiguous boolean mask; the Philox words computed in the kernel (graph-capturable
+/// through d.seed_offset).
+int dropout(const Operand& out, const Operand& mask, const Operand& in, const AttentionDropout& d, void* stream);
+/// The contract's dropout_backward: contiguous grad_in and grad_out of one floating dtype, the
+/// boolean mask dropout wrote.
+int dropout_backward(const Operand& grad_in, const Operand& grad_out, const Operand& mask, double p, void* stream);
 /// Turns Philox words into values (ops/random_transform.hpp); integers in [low, high). out
 /// is contiguous.
 int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,

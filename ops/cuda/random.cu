@@ -67,9 +67,10 @@ template <class T> __global__ void transform_capturable(T* out, const std::uint6
 
 // Dropout: each thread draws one Philox block (4 words: 4 f32-uniform elements, or 2 f64
 // ones) when the offset is block-aligned (it always is: draws advance by whole blocks), else
-// word by word. keep = the dtype's 1 / (1 - p).
+// word by word. keep = the dtype's 1 / (1 - p). The mask is one byte per element (bool), its
+// four bytes stored at once when the group is whole.
 template <class T>
-__global__ void dropout_kernel(T* __restrict__ out, T* __restrict__ noise, const T* __restrict__ in, std::int64_t n,
+__global__ void dropout_kernel(T* __restrict__ out, bool* __restrict__ mask, const T* __restrict__ in, std::int64_t n,
                                AttentionDropout d, T keep) {
   std::uint64_t seed = d.seed, offset = d.offset;
   if (d.seed_offset) seed = d.seed_offset[0], offset = d.seed_offset[1] + d.offset;
@@ -86,16 +87,48 @@ __global__ void dropout_kernel(T* __restrict__ out, T* __restrict__ noise, const
 #pragma unroll
       for (int r = 0; r < 4; ++r) c[r] = rt::philox_word(seed, w0 + r);
     }
+    bool kept[per];
 #pragma unroll
     for (int r = 0; r < per; ++r) {
-      const std::int64_t e = j * per + r;
+      if constexpr (std::is_same_v<T, double>) kept[r] = rt::uniform53(c[2 * r], c[2 * r + 1]) >= d.p;
+      else kept[r] = rt::uniform_bits(c[r], 24) >= p32;
+    }
+    const std::int64_t e0 = j * per;
+    if constexpr (per == 4) {
+      if (e0 + 4 <= n) {  // mask is the allocator's (256-byte aligned) and e0 a multiple of 4
+        *reinterpret_cast<uchar4*>(mask + e0) = make_uchar4(kept[0], kept[1], kept[2], kept[3]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) out[e0 + r] = narrow_to<T>(load(in[e0 + r]) * load(kept[r] ? keep : narrow_to<T>(0.0)));
+        continue;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < per; ++r) {
+      const std::int64_t e = e0 + r;
       if (e >= n) break;
-      bool kept;
-      if constexpr (std::is_same_v<T, double>) kept = rt::uniform53(c[2 * r], c[2 * r + 1]) >= d.p;
-      else kept = rt::uniform_bits(c[r], 24) >= p32;
-      const T z = kept ? keep : narrow_to<T>(0.0);
-      noise[e] = z;
-      out[e] = narrow_to<T>(load(in[e]) * load(z));
+      mask[e] = kept[r];
+      out[e] = narrow_to<T>(load(in[e]) * load(kept[r] ? keep : narrow_to<T>(0.0)));
+    }
+  }
+}
+
+// grad_in = grad_out * (mask ? keep : 0), four elements per thread.
+template <class T>
+__global__ void dropout_backward_kernel(T* __restrict__ grad_in, const T* __restrict__ grad_out,
+                                        const bool* __restrict__ mask, std::int64_t n, T keep) {
+  const std::int64_t groups = (n + 3) / 4;
+  for (std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; j < groups;
+       j += std::int64_t(blockDim.x) * gridDim.x) {
+    const std::int64_t e0 = j * 4;
+    if (e0 + 4 <= n) {
+      const uchar4 m = *reinterpret_cast<const uchar4*>(mask + e0);
+      const unsigned char ms[4] = {m.x, m.y, m.z, m.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        grad_in[e0 + r] = narrow_to<T>(load(grad_out[e0 + r]) * load(ms[r] ? keep : narrow_to<T>(0.0)));
+    } else {
+      for (std::int64_t e = e0; e < n; ++e)
+        grad_in[e] = narrow_to<T>(load(grad_out[e]) * load(mask[e] ? keep : narrow_to<T>(0.0)));
     }
   }
 }
@@ -116,15 +149,30 @@ int random_capturable(const Operand& out, const std::uint64_t* seed_offset, std:
   return static_cast<int>(cudaGetLastError());
 }
 
-int dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d, void* stream) {
+int dropout(const Operand& out, const Operand& mask, const Operand& in, const AttentionDropout& d, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   int status = static_cast<int>(cudaErrorInvalidValue);
   dispatch(in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       const std::int64_t groups = (in.numel + 3) / 4;
-      dropout_kernel<T><<<blocks_for(groups), 256, 0, s>>>(static_cast<T*>(out.data), static_cast<T*>(noise.data),
+      dropout_kernel<T><<<blocks_for(groups), 256, 0, s>>>(static_cast<T*>(out.data), static_cast<bool*>(mask.data),
                                                            static_cast<const T*>(in.data), in.numel, d,
                                                            narrow_to<T>(1.0 / (1.0 - d.p)));
+      status = static_cast<int>(cudaGetLastError());
+    }
+  });
+  return status;
+}
+
+int dropout_backward(const Operand& grad_in, const Operand& grad_out, const Operand& mask, double p, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  int status = static_cast<int>(cudaErrorInvalidValue);
+  dispatch(grad_out.dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) {
+      const std::int64_t groups = (grad_out.numel + 3) / 4;
+      dropout_backward_kernel<T><<<blocks_for(groups), 256, 0, s>>>(
+          static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const bool*>(mask.data),
+          grad_out.numel, narrow_to<T>(1.0 / (1.0 - p)));
       status = static_cast<int>(cudaGetLastError());
     }
   });

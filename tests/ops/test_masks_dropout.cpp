@@ -224,6 +224,17 @@ TEST_CASE("dropout: the fused kernel equals x * noise of rand() >= p, bit for bi
       Tensor g = ones(x.shape(), {.dtype = dt});
       auto gx = autograd::grad({y}, {xl}, {g}, true, true);
       CHECK(values(gx[0]) == values(noise));
+      // Without create_graph: the backward kernel from the saved boolean mask gives g * noise
+      // for any g, bit for bit, NaN where a NaN gradient meets a dropped element too.
+      Tensor gr = randn(x.shape(), {.dtype = DType::f64}).to(dt);
+      gr = where(lt(rand(x.shape()), 0.2), full({}, std::nan(""), {.dtype = dt}), gr);
+      y.backward(gr);
+      const std::vector<double> got_g = values(xl.grad()), want_g = values(mul(gr, noise));
+      REQUIRE(got_g.size() == want_g.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got_g.size(); ++i)
+        differ += std::isnan(want_g[i]) ? !std::isnan(got_g[i]) : got_g[i] != want_g[i];
+      CHECK(differ == 0);
     }
   }
 }
