@@ -25,8 +25,11 @@ inline bool is_contiguous(const Operand& o) {
 /// (S. L. Moshier, Cephes Math Library, expf.c), and 2^n applied as two normal factors so
 /// subnormal results stay right. Within 2 ulps of the correctly rounded exp (tests check
 /// it against float64); exp(NaN) = NaN, exp(x) = inf above 88.7228, 0 below -103.98.
+/// The kernels of ops/cpu/isa/kernels.inc repeat these operations on vectors (same bits).
 inline float exp_f32(float x) {
   const float hi = 88.72283935546875f, lo = -103.97208404541016f;
+  // x is clamped to [lo, hi], where the arithmetic below gives inf at hi and +0 at lo
+  // (as the selects it replaces did: tests check the edges).
   float xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
   xc = xc != xc ? 0.0f : xc;  // NaN: a finite stand-in (converting NaN to int is undefined)
@@ -44,9 +47,7 @@ inline float exp_f32(float x) {
   const std::int32_t ni = static_cast<std::int32_t>(n);
   const std::int32_t e1 = ni >> 1, e2 = ni - e1;  // both in [-75, 64]: normal powers of two
   const float s1 = std::bit_cast<float>((e1 + 127) << 23), s2 = std::bit_cast<float>((e2 + 127) << 23);
-  float y = p * s1 * s2;
-  y = x > hi ? std::bit_cast<float>(0x7f800000) : y;
-  y = x < lo ? 0.0f : y;
+  const float y = p * s1 * s2;
   return x != x ? x : y;
 }
 
