@@ -153,9 +153,29 @@ struct OptimizerStep {
   const void* device_coeffs = nullptr;
 };
 
+/// Many contiguous tensors of one floating dtype on one device, each of numels[k] >= 1 elements
+/// at data[k] (the multi-tensor kernels: clip_grad_norm_'s norms and scaling).
+struct MultiTensor {
+  DType dtype = DType::f32;
+  int device = -1;
+  std::vector<void*> data;
+  std::vector<std::int64_t> numels;
+};
+
+/// The operand of a GEMM whose sum over k a bias-gradient epilogue writes (GemmArgs).
+enum class GemmOperand : std::uint8_t { a, b };
+
 /// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],
 /// B [batch, k, n], C [batch, m, n] contiguous. In A and B one of the row/col strides is 1
 /// (the op layer copies otherwise); batch strides may be 0 (broadcast). All in elements.
+/// Optional epilogues, at most one of the two, batch == 1 only (CUDA: fused into the GEMM by
+/// cuBLASLt where it has a kernel for the case, else a separate kernel after it):
+///  * bias (C's dtype, contiguous [n]): C[i, j] = alpha (A B)[i, j] + beta C[i, j] + bias[j],
+///    computed in the accumulation type and rounded once.
+///  * bias_grad (C's dtype, contiguous; alpha == 1): the sum over k of one operand, written
+///    beside C: of B, bias_grad[j] = sum_k B[k, j] ([n]); of A, bias_grad[i] = sum_k A[i, k]
+///    ([m]); accumulated in f32 (f64 for f64; the CPU in f64), zeros for k == 0. A linear
+///    layer's weight-gradient GEMM gives its bias gradient so.
 struct GemmArgs {
   DType dtype = DType::f32;
   int device = -1;
@@ -167,6 +187,9 @@ struct GemmArgs {
   void* c = nullptr;
   double alpha = 1, beta = 0;
   bool allow_tf32 = false;
+  const void* bias = nullptr;
+  void* bias_grad = nullptr;
+  GemmOperand bias_grad_of = GemmOperand::b;
 };
 
 /// What a random fill draws.
@@ -249,7 +272,8 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
 /// operands compute in f32, as true division), comparison (writes bool; the logical ops are
 /// comparisons with zero), bitwise (integers and bool only), rounding (the rounding
 /// divisions: on integers a zero divisor is reported, Error(value) on the CPU, the deferred
-/// device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad.
+/// device error on CUDA). relu_backward(grad, x) = x <= 0 ? 0 : grad; gelu_erf_backward and
+/// gelu_tanh_backward(grad, x) = grad * gelu'(x) (exact and tanh-approximated gelu).
 #define BRRR_BINARY_OPS(X)                                        \
   X(add, "add", arithmetic)                                       \
   X(sub, "sub", arithmetic)                                       \
@@ -269,6 +293,8 @@ enum class Distribution : std::uint8_t { uniform, normal, integer };
   X(remainder, "remainder", rounding)                             \
   X(fmod, "fmod", rounding)                                       \
   X(relu_backward, "relu_backward", arithmetic)                   \
+  X(gelu_erf_backward, "gelu_backward", floating)                 \
+  X(gelu_tanh_backward, "gelu_backward", floating)                \
   X(atan2, "atan2", floating)                                     \
   X(hypot, "hypot", floating)                                     \
   X(logaddexp, "logaddexp", floating)                             \
@@ -504,6 +530,11 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* out (contiguous) from Philox words at (seed, offset); low/high bound integers. */                              \
   X(random, (const Operand& out, Distribution dist, std::uint64_t seed, std::uint64_t offset, std::int64_t low,     \
              std::int64_t high))                                                                                    \
+  /* Dropout (inverted) of contiguous `in` into contiguous `out` and `noise` (in's floating dtype and shape):      \
+     noise[i] = u_i >= p ? 1 / (1 - p) : 0 (rounded to the dtype) and out[i] = in[i] * noise[i], u_i the uniform     \
+     that rand() (f32; f64 for f64) would draw for element i at the generator state `d` (AttentionDropout's rule  \
+     over the flat index; under a CUDA graph capture read from d.seed_offset). 0 < p < 1. */                       \
+  X(dropout, (const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d))             \
   /* out[i] = f(in[i]); same shape and dtype (p0/p1: clamp's bounds). */                                            \
   X(unary, (UnaryOp op, const Operand& out, const Operand& in, double p0, double p1))                               \
   /* out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one dtype; out has that     \
@@ -557,10 +588,19 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      ([rows], f32 for bf16/f16/f32 inputs, f64 for f64) are written for backward. weight/bias may be nullptr. */    \
   X(layer_norm, (const Operand& out, const Operand& mean, const Operand& rstd, const Operand& in,                   \
                  const Operand* weight, const Operand* bias, double eps))                                           \
+  /* Its gradients over contiguous [rows, cols] x and grad (one floating dtype), mean/rstd as layer_norm wrote      \
+     them, weight [cols] in the accumulation dtype (f32; f64 for f64) or nullptr (1). With x_hat = (x - mean) rstd \
+     and gw = grad * weight: dx (x's dtype) = rstd ((gw - mean_row(gw)) - x_hat mean_row(gw x_hat)); dweight =     \
+     sum over rows of grad x_hat, dbias = sum over rows of grad ([cols], accumulation dtype). Any of dx, dweight,  \
+     dbias may be nullptr (not wanted). rows, cols >= 1. Column sums in a fixed order (bit-identical every run;    \
+     CUDA: per-block partial sums in a workspace, then a sum over blocks, no atomics). */                          \
+  X(layer_norm_backward, (const Operand* dx, const Operand* dweight, const Operand* dbias, const Operand& grad,     \
+                          const Operand& in, const Operand& mean, const Operand& rstd, const Operand* weight))     \
   /* Batch-norm statistics per channel c of contiguous in [N, C, M] (floating): mean[c] and invstd[c] = 1 /       \
-     sqrt(var + eps), var the biased two-pass variance over the N*M elements; mean/invstd [C] in the accumulation  \
-     dtype (f64 for f64, f32 otherwise). running_mean/running_var ([C], that same dtype) may be nullptr; if given \
-     they are updated in place: r = (1 - momentum) r + momentum s, with the unbiased variance (N*M > 1). */       \
+     sqrt(var + eps), var the biased variance over the N*M elements (CPU: two-pass; CUDA: one pass, Welford per    \
+     thread and Chan's pairwise combination, in a fixed order); mean/invstd [C] in the accumulation dtype (f64 for \
+     f64, f32 otherwise). running_mean/running_var ([C], that same dtype) may be nullptr; if given they are        \
+     updated in place: r = (1 - momentum) r + momentum s, with the unbiased variance (N*M > 1). */                 \
   X(batch_norm_stats, (const Operand& mean, const Operand& invstd, const Operand& in, double eps,                   \
                        const Operand* running_mean, const Operand* running_var, double momentum))                 \
   /* out = (in - mean[c]) * invstd[c] * weight[c] + bias[c] over contiguous [N, C, M]; mean/invstd as              \
@@ -597,6 +637,10 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* Stable sort of each row of contiguous [rows, n] `in` (any dtype): sorted `values` (in's dtype) and their i64   \
      positions `indices`, both contiguous [rows, n]; NaN sorts as the largest value, -0.0 equals 0.0. */            \
   X(sort, (const Operand& values, const Operand& indices, const Operand& in, bool descending))                     \
+  /* The k (0 <= k <= n) first elements of each row of contiguous [rows, n] `in` in sort's order (descending when  \
+     `largest`; ties by position, NaN the largest, -0.0 == 0.0), i.e. the first k columns of sort's result:        \
+     `values` (in's dtype) and i64 `indices`, both contiguous [rows, k]. */                                        \
+  X(topk, (const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool largest))       \
   /* out (i64, [rows, m]) = for each value of row r of `values` ([rows, m]), the first position in row r of         \
      `sorted` ([rows, n], ascending; rows 1 broadcasts) where it could be inserted keeping the order: the first     \
      sorted >= v, or > v when `right`. Both contiguous, one dtype. */                                               \
@@ -626,7 +670,14 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      A negative or NaN rate: NaN written and reported as CheckedOp::poisson (CPU: Error(value) at the call). */    \
   X(poisson, (const Operand& out, const Operand& rates, std::uint64_t seed, std::uint64_t offset))                  \
   /* Updates every parameter of `step` in place (CUDA: a few launches for all tensors). */                          \
-  X(optimizer_step, (const OptimizerStep& step))
+  X(optimizer_step, (const OptimizerStep& step))                                                                    \
+  /* out[k] (contiguous f32 [count]) = the sum over tensor k of |x|^p (p = norm_type > 0; x*x for 2, |x| for 1),    \
+     or max |x| for p = +inf (NaN propagates), accumulated in f32 (f64 for f64 tensors; the CPU in f64) in a fixed \
+     order: bit-identical every run (CUDA: per-chunk partials, then one sum per tensor; no atomics). */           \
+  X(multi_tensor_norm, (const Operand& out, const MultiTensor& tensors, double norm_type))                          \
+  /* x = x * scale[0] in place for every tensor, computed in the accumulation dtype (f32; f64 for f64 tensors),    \
+     `scale` a one-element operand of that dtype on the tensors' device (read there: no host sync). */            \
+  X(multi_tensor_scale, (const MultiTensor& tensors, const Operand& scale))
 
 
 // ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 // throughput a training loop gets) and the host time to enqueue one replay. The replays must
 // make no host sync (SyncPolicy::error) and leave the allocator's statistics unchanged; the
 // graph's node count gives the device time per node. Prints one JSON object on the last line.
+// `--tf32` runs the same step with TF32 GEMMs (set_allow_tf32(true)); the twin takes the same flag.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -17,14 +18,15 @@
 
 using namespace brrr;
 
-int main() {
+int main(int argc, char** argv) {
+  const bool tf32 = argc > 1 && std::string(argv[1]) == "--tf32";
   if (!cuda::is_available()) {
     std::puts("bench_graph_step: no CUDA device; nothing to measure");
     return 0;
   }
   Device dev = Device::cuda(0);
   manual_seed(0);
-  set_allow_tf32(false);
+  set_allow_tf32(tf32);
   bench::MlpStep step(dev);
 
   // Eager, as bench_mlp_step.
@@ -70,7 +72,7 @@ int main() {
                     end.num_cuda_malloc == steady.num_cuda_malloc && end.num_allocs == steady.num_allocs;
 
   const double graphed_ms = bench::median(single);
-  std::printf("mlp_step_784_1024_1024_10_b256_sgd eager: median %.4f ms\n", eager_ms);
+  std::printf("mlp_step_784_1024_1024_10_b256_sgd (%s) eager: median %.4f ms\n", tf32 ? "tf32" : "f32", eager_ms);
   std::printf("graphed: median %.4f ms (min %.4f) per replay over 50; %.4f ms per replay over %d back to back\n",
               graphed_ms, *std::min_element(single.begin(), single.end()), throughput_ms, n);
   std::printf("graph nodes %.0f: %.3f us of device time per node (back to back); host enqueue %.4f ms per replay\n",
@@ -81,7 +83,8 @@ int main() {
   std::printf("loss %.4f -> %.4f over %d replays; host syncs inside the timed replays: %llu; allocator stats %s\n",
               first_loss, last_loss, n + 61, static_cast<unsigned long long>(replay_syncs),
               flat ? "flat" : "NOT FLAT");
-  bench::print_json({{"mlp_step_eager_ms", eager_ms},
+  bench::print_json({{"tf32", tf32 ? 1.0 : 0.0},
+                     {"mlp_step_eager_ms", eager_ms},
                      {"mlp_step_graphed_ms", graphed_ms},
                      {"mlp_step_graphed_back_to_back_ms", throughput_ms},
                      {"graph_nodes", nodes},

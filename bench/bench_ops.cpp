@@ -21,9 +21,13 @@
 // Timing: warm-up, then CUDA events around each repeat (host clock for the host-side
 // costs), median of the repeats. Prints a table, then one JSON object on the last line.
 //
-// usage: bench_ops [--data DIR]   Fashion-MNIST IDX files (.gz or plain); default
-//        $FASHION_MNIST_DIR, else /usr/share/datasets/fashion-mnist. A missing directory
-//        skips that workload (reported on stderr); the others still run.
+// usage: bench_ops [--data DIR] [--only NAMES]
+//        --data: Fashion-MNIST IDX files (.gz or plain); default $FASHION_MNIST_DIR, else
+//        /usr/share/datasets/fashion-mnist. A missing directory skips that workload (reported
+//        on stderr); the others still run.
+//        --only: run just the workloads whose names contain one of the comma-separated NAMES
+//        (the names of main()'s run() calls, e.g. --only "scans,norm conv").
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -249,14 +253,28 @@ void norm_conv(Device dev, Results& r) {
 
 int main(int argc, char** argv) {
   std::string dir = std::getenv("FASHION_MNIST_DIR") ? std::getenv("FASHION_MNIST_DIR") : data::default_fashion_mnist_dir;
+  std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--data") == 0 && i + 1 < argc) {
       dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      const std::string names = argv[++i];
+      for (std::size_t at = 0; at <= names.size();) {
+        const std::size_t comma = std::min(names.find(',', at), names.size());
+        if (comma > at) only.push_back(names.substr(at, comma - at));
+        at = comma + 1;
+      }
     } else {
-      std::fprintf(stderr, "usage: bench_ops [--data DIR]\n");
+      std::fprintf(stderr, "usage: bench_ops [--data DIR] [--only NAMES]\n");
       return 2;
     }
   }
+  auto wanted = [&](const std::string& name) {
+    if (only.empty()) return true;
+    for (const std::string& o : only)
+      if (name.find(o) != std::string::npos) return true;
+    return false;
+  };
   if (!cuda::is_available()) {
     std::puts("bench_ops: no CUDA device; nothing to measure");
     return 0;
@@ -268,6 +286,7 @@ int main(int argc, char** argv) {
   // Each workload in its own scope (its tensors go back to the cache before the next); one
   // that throws is reported and the others still run.
   auto run = [&](const char* name, const std::function<void()>& f) {
+    if (!wanted(name)) return;
     try {
       f();
     } catch (const std::exception& e) {
@@ -283,7 +302,7 @@ int main(int argc, char** argv) {
   run("mlp step", [&] { mlp_step(dev, r); });
   if (std::filesystem::is_directory(dir))
     run("fashion_mnist epoch", [&] { fashion_mnist_epoch(dev, dir, r); });
-  else
+  else if (wanted("fashion_mnist epoch"))
     std::fprintf(stderr, "bench_ops: fashion_mnist epoch skipped: no directory %s (--data DIR)\n", dir.c_str());
   run("h2d", [&] { h2d(dev, r); });
   run("norm conv", [&] { norm_conv(dev, r); });

@@ -90,7 +90,8 @@ inline void print_json(const std::map<std::string, double>& r, int decimals = 4)
 }
 
 /// One training step of an MLP 784-1024-1024-10 on a fixed batch of 256 (f32): forward
-/// built from raw weight tensors (matmul + bias + relu, no nn module), cross_entropy,
+/// built from raw weight tensors (addmm(bias, x, W): the bias fused into the GEMM, + relu,
+/// no nn module), cross_entropy,
 /// backward, SGD momentum 0.9 (lr 0.01). Weights [in, out] drawn from nn.Linear's default
 /// range U(-1/sqrt(in), 1/sqrt(in)). The caller sets TF32 off. The same step is written in
 /// torch_ops.py and libtorch_ops.cpp.
@@ -107,11 +108,11 @@ public:
 
   /// Enqueues one step and returns its loss (a 0-d device tensor; reading it is a sync).
   brrr::Tensor operator()() {
-    using brrr::matmul, brrr::relu;
+    using brrr::addmm, brrr::relu;
     opt_.zero_grad();
-    brrr::Tensor h = relu(matmul(x_, params_[0]) + params_[1]);
-    h = relu(matmul(h, params_[2]) + params_[3]);
-    brrr::Tensor loss = brrr::cross_entropy(matmul(h, params_[4]) + params_[5], y_);
+    brrr::Tensor h = relu(addmm(params_[1], x_, params_[0]));
+    h = relu(addmm(params_[3], h, params_[2]));
+    brrr::Tensor loss = brrr::cross_entropy(addmm(params_[5], h, params_[4]), y_);
     loss.backward();
     opt_.step();
     return loss;

@@ -5,7 +5,7 @@ capture; static inputs) and replayed. Same timing: 10 warm-up calls, CUDA events
 50 calls (median), then the mean of 1000 back-to-back replays between two events, and the host
 time to enqueue one replay. Prints a summary, then one JSON object on the last line.
 
-usage: python3 bench/torch_graph_step.py"""
+usage: python3 bench/torch_graph_step.py [--tf32]   (--tf32: TF32 matmuls, as bench_graph_step --tf32)"""
 import json, os, statistics, sys, time
 import torch
 
@@ -16,7 +16,8 @@ from torch_ops import make_mlp_step, time_ms  # noqa: E402  (the same step and t
 def main():
     dev = torch.device("cuda", 0)
     torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    tf32 = "--tf32" in sys.argv[1:]
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     step = make_mlp_step(dev)
     eager_ms = time_ms(step, 10, 50)
 
@@ -45,11 +46,11 @@ def main():
     e.synchronize()
     back_to_back_ms = s.elapsed_time(e) / n
     g.replay()
-    print(f"torch {torch.__version__} mlp step eager: median {eager_ms:.4f} ms")
+    print(f"torch {torch.__version__} mlp step ({'tf32' if tf32 else 'f32'}) eager: median {eager_ms:.4f} ms")
     print(f"torch.cuda.graph: median {graphed_ms:.4f} ms per replay over 50; {back_to_back_ms:.4f} ms per replay "
           f"over {n} back to back; host enqueue {host_ms:.4f} ms per replay")
     print(f"loss {first_loss:.4f} -> {loss.item():.4f}")
-    print(json.dumps({"torch_mlp_step_eager_ms": round(eager_ms, 4), "torch_mlp_step_graphed_ms": round(graphed_ms, 4),
+    print(json.dumps({"tf32": int(tf32), "torch_mlp_step_eager_ms": round(eager_ms, 4), "torch_mlp_step_graphed_ms": round(graphed_ms, 4),
                       "torch_mlp_step_graphed_back_to_back_ms": round(back_to_back_ms, 4),
                       "torch_graph_host_enqueue_ms": round(host_ms, 4)}))
 

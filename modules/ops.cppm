@@ -86,6 +86,11 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op = "broadca
 /// passes, as PyTorch's threshold_backward), broadcast and promoted like any binary op. Not
 /// itself recorded (used inside backward passes).
 [[nodiscard]] Tensor relu_backward(const Tensor& grad, const Tensor& x);
+/// gelu's gradient in one kernel: grad * gelu'(x) for gelu(x, approximate) ("none": x Phi(x),
+/// "tanh": the tanh approximation), computed in f32 for bf16/f16 (f64 for f64), broadcast and
+/// promoted like any binary op (integers compute in f32). Not itself recorded (used inside
+/// backward passes; PyTorch's aten::gelu_backward). Error(value) for another `approximate`.
+[[nodiscard]] Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& approximate = "none");
 /// a^b elementwise (floating dtypes; integer bases with integer exponents stay integer).
 [[nodiscard]] Tensor pow(const Tensor& a, const Tensor& b);
 [[nodiscard]] Tensor pow(const Tensor& a, Scalar exponent);
@@ -428,7 +433,9 @@ struct ValuesIndices {
 [[nodiscard]] ValuesIndices sort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
 [[nodiscard]] Tensor argsort(const Tensor& x, std::int64_t dim = -1, bool descending = false, bool stable = false);
 /// The k largest (smallest unless `largest`) along dim, sorted, with their positions; ties in
-/// the order of sort (stable). k outside [0, size] is Error(index). A sort and a slice.
+/// the order of sort (stable): exactly sort's first k. k outside [0, size] is Error(index).
+/// CPU: a partial sort per row. CUDA: a radix select of the k, then the k sorted (no host
+/// sync; very short rows or k > 1024: a full sort and a slice).
 [[nodiscard]] ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim = -1, bool largest = true,
                                  bool sorted = true);
 /// The k-th smallest (k from 1) along dim and its position; Error(index) outside [1, size].
@@ -496,8 +503,9 @@ struct UniqueResult {
 
 /// Matrix product with NumPy/PyTorch semantics: 1-D x 1-D -> [] (dot); [n, k] x [k, m] ->
 /// [n, m]; 1-D operands get a dim prepended/appended and removed again; batched [..., n, k] x
-/// [..., k, m] broadcasts the batch dims. f32/f64/bf16/f16. CUDA: cuBLAS strided-batched
-/// GEMM, transposed views mapped to transpose flags (no copy); CPU: Eigen.
+/// [..., k, m] broadcasts the batch dims. f32/f64/bf16/f16. CUDA: cuBLASLt (cuBLAS's
+/// strided-batched GEMM where Lt has no kernel), transposed views mapped to transpose flags
+/// (no copy); CPU: OpenBLAS.
 /// Throws Error(shape) e.g. "matmul: shapes [32, 784] and [128, 10] cannot be multiplied
 /// (784 != 128)".
 [[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b);
@@ -511,6 +519,9 @@ bool allow_tf32();
 [[nodiscard]] Tensor mm(const Tensor& a, const Tensor& mat2);
 [[nodiscard]] Tensor bmm(const Tensor& a, const Tensor& mat2);
 /// beta input + alpha mat1 @ mat2 (input broadcast; beta = 0 ignores input, NaN included).
+/// With beta = alpha = 1 and input a row ([n] or [1, n]) of mat1's dtype, one GEMM with the
+/// bias added in its epilogue (cuBLASLt's on CUDA), whose backward fuses the bias gradient
+/// into the weight-gradient GEMM; otherwise mm, mul and add.
 [[nodiscard]] Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double beta = 1,
                            double alpha = 1);
 [[nodiscard]] Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1,
@@ -521,6 +532,8 @@ bool allow_tf32();
 /// [n] x [m] -> [n, m].
 [[nodiscard]] Tensor outer(const Tensor& a, const Tensor& vec2);
 /// input @ weight^T + bias: input [..., in], weight [out, in] (or [in]), bias [out] or undefined.
+/// A 2-D weight with a 1-D bias of its dtype is one GEMM over input flattened to [rows, in],
+/// the bias fused as in addmm; without a bias, matmul(input, weight^T).
 [[nodiscard]] Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
 /// Contraction over dims_a of a with dims_b of b (sizes equal), or over a's last `dims` with
 /// b's first: [free_a..., free_b...]. One matmul after permutes and reshapes.
@@ -1341,6 +1354,11 @@ Tensor dropout_noise(const Tensor& x, const Shape& shape, double p);
 Tensor dropout_noise_from(const Tensor& u, double p, DType dtype);
 /// The uniforms' dtype of a dropout of x's dtype: f64 for f64, else f32 (its 24-bit draws).
 DType dropout_uniform_dtype(DType dtype);
+/// The generator state of a dropout of `numel` elements of `dtype` on `dev` (the words the next
+/// rand() of numel uniforms of dropout_uniform_dtype(dtype) would draw), which it consumes: the
+/// device generator's, or under a CUDA graph capture the graph's next words (ops/dropout.cpp;
+/// the fused dropout and the fused attention's).
+backend::AttentionDropout draw_dropout(double p, DType dtype, Device dev, std::int64_t numel);
 
 /// fold of [N, C*kh*kw, L] columns into [N, C, H, W] (the geometry's input shape), summing
 /// overlaps; differentiable (its adjoint is unfold; ops/conv.cpp).
@@ -1365,6 +1383,12 @@ Tensor conv2d_composite_weight_grad(const Tensor& grad_out, const Tensor& x, con
                                     std::int64_t groups, const Shape& weight_shape);
 /// The bias gradient of a convolution: grad_out [N, O, ...] summed to [O].
 Tensor conv_bias_grad(const Tensor& grad_out);
+
+/// x [M, K] @ w [K, N] + bias [N] (ops/matmul.cpp): one GEMM with the bias in its epilogue,
+/// recorded as one node whose rule is dx = g w^T, dw = x^T g with the bias gradient fused into
+/// that GEMM (recorded matmul and sum under create_graph). x and w 2-D, bias 1-D or undefined,
+/// one floating dtype on one device, shapes agreeing: the caller (addmm, linear) checks.
+Tensor linear_2d(const Tensor& x, const Tensor& w, const Tensor& bias);
 
 }  // namespace brrr::ops_detail
 

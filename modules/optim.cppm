@@ -169,8 +169,10 @@ private:
 /// the total norm as a 0-d tensor (f32, on the gradients' device; 0 when no parameter has a
 /// gradient) without a host sync. A gradient that is not contiguous (e.g. an expanded view)
 /// or shares its storage with another gradient of the list is replaced by a scaled copy
-/// (scaling it in place could scale an element more than once). Error(device) for gradients on several devices, Error(value)
-/// for max_norm < 0 or norm_type <= 0.
+/// (scaling it in place could scale an element more than once). The contiguous gradients of
+/// each dtype take two multi-tensor kernels (norms, scaling; computed in f32, f64 for f64).
+/// Error(device) for gradients on several devices, Error(value) for max_norm < 0 or
+/// norm_type <= 0.
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 }  // namespace brrr::optim

@@ -57,8 +57,9 @@ public:
     if (x.dim() < 1 || x.size(-1) != in_)
       throw Error(ErrorKind::shape, "Linear: input " + to_string(x.shape()) + " must end in in_features = " +
                                         std::to_string(in_));
-    Tensor y = matmul(x, param(0).t());
-    return has_bias_ ? add(y, param(1)) : y;
+    // linear() (not matmul(x, weight.t())): under autocast it casts the weight itself, not
+    // its transpose, so the weight's gradient comes back contiguous (no copy to accumulate).
+    return linear(x, param(0), has_bias_ ? param(1) : Tensor());
   }
   std::string name() const override {
     return "Linear(in_features=" + std::to_string(in_) + ", out_features=" + std::to_string(out_) +

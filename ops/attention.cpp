@@ -15,6 +15,7 @@
 // capture the words come from the graph's replayed state (capture_random_words). Under
 // create_graph the rule rebuilds the same mask as a tensor from those words.
 module;
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -79,32 +80,35 @@ Tensor empty_bthd(const Shape& shape, DType dtype, Device dev) {
 
 Tensor last_dim_contiguous(const Tensor& t) { return t.stride(-1) == 1 || t.size(-1) == 1 ? t : t.contiguous(); }
 
+// A gradient for the 4-D input `like`: with `like`'s strides when its memory is dense (a
+// permutation of a contiguous tensor's, D innermost), as PyTorch's empty_like keeps them, so a
+// leaf's .grad() or an input's producer gets the layout it has and no copy; [B, T, H, D]
+// memory otherwise (the layout of q, k, v split from one [B, T, 3 H D] projection).
+Tensor empty_grad_like(const Tensor& like) {
+  std::vector<std::int64_t> order{0, 1, 2, 3};  // dims from outermost to innermost
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return like.stride(a) > like.stride(b); });
+  bool dense = order[3] == 3;
+  std::int64_t expected = 1;
+  for (int i = 3; i >= 0 && dense; --i) {
+    const std::int64_t d = order[static_cast<std::size_t>(i)];
+    dense = like.size(d) == 1 || like.stride(d) == expected;
+    expected *= like.size(d);
+  }
+  if (!dense) return empty_bthd(like.shape(), like.dtype(), like.device());
+  Shape sizes;
+  std::vector<std::int64_t> inverse(4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    sizes.push_back(like.size(order[i]));
+    inverse[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+  }
+  return empty(sizes, {.dtype = like.dtype(), .device = like.device()}).permute(inverse);
+}
+
 struct FlashParams {
   double scale;
   bool causal;
   backend::AttentionDropout dropout;  // p == 0: none
 };
-
-// The dropout of a fused forward with `numel` = B*H*L*S probabilities: the words rand() would
-// draw next from the device's generator (advanced past them), or under a CUDA graph capture
-// the next words of the graph's draws.
-backend::AttentionDropout draw_dropout(double p, const Tensor& q, std::int64_t numel) {
-  backend::AttentionDropout d;
-  d.p = p;
-  const Device dev = q.device();
-  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, dropout_uniform_dtype(q.dtype()), numel);
-  if (dev.is_cuda() && backend::capture_underway(dev.index())) {
-    const backend::CaptureRandomState at = backend::capture_random_words(dev.index(), words);
-    d.seed_offset = at.seed_offset;
-    d.offset = at.extra;
-  } else {
-    backend::GeneratorState& gen = backend::generator(dev);
-    d.seed = gen.seed;
-    d.offset = gen.offset;
-    gen.offset += words;
-  }
-  return d;
-}
 
 // The composite dropout's noise (mask / (1 - p) in q's dtype, [B, H, L, S]) from the words a
 // fused forward used: what dropout_noise draws, at the saved generator state.
@@ -138,9 +142,7 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
   const Tensor out = c.saved(3), lse = c.saved(4);
   const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
   Tensor gc = last_dim_contiguous(g.dtype() == q.dtype() ? g : g.to(q.dtype()));
-  Tensor dq = empty_bthd(q.shape(), q.dtype(), q.device());
-  Tensor dk = empty_bthd(k.shape(), k.dtype(), k.device());
-  Tensor dv = empty_bthd(v.shape(), v.dtype(), v.device());
+  Tensor dq = empty_grad_like(q), dk = empty_grad_like(k), dv = empty_grad_like(v);
   backend::backend_for(q.device())
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
                           backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
@@ -181,7 +183,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
     lse = empty({query.size(0), query.size(1), query.size(2)},
                 {.dtype = query.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = dev});
     if (out.numel() > 0 && options.dropout_p > 0)
-      params.dropout = draw_dropout(options.dropout_p, query, out.numel() / query.size(3) * key.size(2));
+      params.dropout = draw_dropout(options.dropout_p, query.dtype(), dev, out.numel() / query.size(3) * key.size(2));
     if (out.numel() > 0)
       backend::backend_for(dev).attention_forward(backend::output(out, flash), backend::output(lse, flash),
                                                   backend::input(q, flash), backend::input(k, flash),

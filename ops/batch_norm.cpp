@@ -1,9 +1,9 @@
 // batch_norm (Ioffe & Szegedy 2015, "Batch Normalization: Accelerating Deep Network Training
 // by Reducing Internal Covariate Shift") over [N, C, *], PyTorch's F.batch_norm. The input is
-// made contiguous and seen as [N, C, M] (M the product of the trailing dims). Training: one
-// kernel computes each channel's mean and invstd = 1/sqrt(var + eps) (biased two-pass
-// variance) and updates the running statistics in place (unbiased variance, momentum), one
-// kernel normalises. Evaluation: the running statistics normalise (one kernel, plus the
+// made contiguous and seen as [N, C, M] (M the product of the trailing dims). Training: the
+// backend's statistics kernel computes each channel's mean and invstd = 1/sqrt(var + eps)
+// (biased variance) and updates the running statistics in place (unbiased variance,
+// momentum), one kernel normalises. Evaluation: the running statistics normalise (one kernel, plus the
 // [C]-sized invstd). Backward (training): one reduction kernel (sum_dy, sum_dy_xmu per
 // channel) and one elementwise kernel for the input gradient; under create_graph the same
 // formula in Tensor ops on statistics recomputed from x, so second derivatives see their

@@ -331,8 +331,8 @@ void record_binary(BinaryOp op, const Tensor& a, const Tensor& b, Arg x, Arg y, 
     case BinaryOp::logical_and: case BinaryOp::logical_or: case BinaryOp::logical_xor:
     case BinaryOp::bitwise_and: case BinaryOp::bitwise_or: case BinaryOp::bitwise_xor:
     case BinaryOp::bitwise_left_shift: case BinaryOp::bitwise_right_shift:
-    case BinaryOp::relu_backward:
-      return;  // comparisons are not differentiable; relu_backward runs inside backward passes
+    case BinaryOp::relu_backward: case BinaryOp::gelu_erf_backward: case BinaryOp::gelu_tanh_backward:
+      return;  // comparisons are not differentiable; the *_backward ops run inside backward passes
   }
 }
 
@@ -504,6 +504,12 @@ Tensor div(const Tensor& a, Scalar b, std::string_view rounding_mode) {
 }
 
 Tensor relu_backward(const Tensor& grad, const Tensor& x) { return binary_op(BinaryOp::relu_backward, grad, x); }
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, const std::string& approximate) {
+  if (approximate == "none") return binary_op(BinaryOp::gelu_erf_backward, grad, x);
+  if (approximate == "tanh") return binary_op(BinaryOp::gelu_tanh_backward, grad, x);
+  throw Error(ErrorKind::value,
+              "gelu_backward: approximate must be \"none\" or \"tanh\", got \"" + approximate + "\"");
+}
 
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::ne, a, b); }

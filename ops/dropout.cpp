@@ -5,14 +5,17 @@
 // f32 uniforms for f32/bf16/f16 so that p is not rounded to 8 or 11 bits), and rand() is
 // bit-identical on CPU and GPU: the same seed gives the same mask on both. out = x * noise
 // with noise = mask / (1 - p) in x's dtype (PyTorch's _dropout_impl), so the gradient is
-// g * noise (MulBackward). p == 1 gives x * 0 as PyTorch (zeros, NaN where x is NaN/inf).
+// g * noise; dropout computes it in one fused kernel (the uniforms drawn inside it, the noise
+// kept for backward). p == 1 gives x * 0 as PyTorch (zeros, NaN where x is NaN/inf).
 // dropout2d draws the same noise once per channel.
 module;
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 module brrr.ops;
 import brrr.tensor;
+import brrr.backend;
 
 namespace brrr {
 
@@ -32,6 +35,26 @@ Tensor ops_detail::dropout_noise(const Tensor& x, const Shape& shape, double p) 
   return dropout_noise_from(u, p, x.dtype());
 }
 
+backend::AttentionDropout ops_detail::draw_dropout(double p, DType dtype, Device dev, std::int64_t numel) {
+  backend::AttentionDropout d;
+  d.p = p;
+  const std::uint64_t words = backend::random_words(backend::Distribution::uniform, dropout_uniform_dtype(dtype), numel);
+  if (dev.is_cuda() && backend::capture_underway(dev.index())) {
+    const backend::CaptureRandomState at = backend::capture_random_words(dev.index(), words);
+    d.seed_offset = at.seed_offset;
+    d.offset = at.extra;
+  } else {
+    backend::GeneratorState& gen = backend::generator(dev);
+    d.seed = gen.seed;
+    d.offset = gen.offset;
+    gen.offset += words;
+  }
+  return d;
+}
+
+// One fused kernel (backend dropout: the uniforms drawn in the kernel, the noise written for
+// backward) computing exactly x * dropout_noise(x, x.shape(), p): the same words, the same
+// noise and products, one pass instead of rand, ge, where and mul.
 Tensor dropout(const Tensor& x, double p, bool training) {
   NvtxRange range("dropout");
   require_defined("dropout", x);
@@ -40,7 +63,22 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   if (!is_floating_point(x.dtype()))
     throw Error::dtype_not_supported("dropout", "expected a floating-point input", x);
   if (p == 1.0) return mul(x, 0.0);
-  return mul(x, dropout_noise(x, x.shape(), p));
+  Tensor out, noise;
+  {
+    NoGradGuard no_grad;
+    Tensor xc = x.contiguous();
+    out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    noise = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    if (x.numel() > 0)
+      backend::backend_for(x.device())
+          .dropout(backend::output(out, "dropout"), backend::output(noise, "dropout"), backend::input(xc, "dropout"),
+                   draw_dropout(p, x.dtype(), x.device(), x.numel()));
+  }
+  // d out / dx = noise (the gradient of out = x * noise, as a recorded op under create_graph).
+  if (autograd::any_requires_grad({x}))
+    autograd::record("DropoutBackward", {x}, {out}, {noise},
+                     [](const autograd::Backward& c) { return autograd::Grads{mul(c.grad(), c.saved(0))}; });
+  return out;
 }
 
 // One draw per channel: the noise is [N, C, 1, 1] (or [C, 1, 1]) and broadcasts over H, W.

@@ -300,6 +300,19 @@ template <BinaryOp OP, class A> BRRR_HD A floating_binary(A a, A b) {
     if (a == b && (a == std::numeric_limits<A>::infinity() || a == -std::numeric_limits<A>::infinity())) return a;
     const A m = a > b ? a : b, d = a > b ? a - b : b - a;
     return m + std::log1p(std::exp(-d));
+  } else if constexpr (OP == BinaryOp::gelu_erf_backward) {
+    // a = grad, b = x: d/dx x Phi(x) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
+    // phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+    const A cdf = A(0.5) * (A(1) + std::erf(b * A(0.70710678118654752440)));
+    const A pdf = std::exp(A(-0.5) * b * b) * A(0.39894228040143267794);
+    return a * (cdf + b * pdf);
+  } else if constexpr (OP == BinaryOp::gelu_tanh_backward) {
+    // y = x/2 (1 + t), t = tanh(k (x + c x^3)), k = sqrt(2 / pi), c = 0.044715:
+    // dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 c x^2).
+    constexpr A k = A(0.79788456080286535588), c = A(0.044715);
+    const A x2 = b * b;
+    const A t = std::tanh(k * (b + c * x2 * b));
+    return a * (A(0.5) * (A(1) + t) + A(0.5) * b * (A(1) - t * t) * k * (A(1) + A(3) * c * x2));
   } else static_assert(no_math_for<OP>, "an op of BRRR_BINARY_OPS has no math in ops/elementwise_math.hpp");
 }
 

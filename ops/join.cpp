@@ -1,7 +1,8 @@
 // Joining and splitting: cat, stack, split, chunk.
 // cat allocates its output and copies each input into its window (out.narrow) with the
 // strided-copy kernel; its backward narrows the gradient back. stack is cat of unsqueezed
-// inputs. split and chunk return narrow() views, which record their own graph nodes.
+// inputs. split and chunk return narrow() views sharing one graph node, SplitBackward, whose
+// gradient is one cat of the views' gradients (as PyTorch's split_backward).
 module;
 #include <cstdint>
 #include <memory>
@@ -121,6 +122,32 @@ Tensor cat_impl(const char* op, const std::vector<Tensor>& tensors, std::int64_t
   return out;
 }
 
+// The one node of a split's views: their gradients (zeros for the views that received none)
+// joined along the split dim by one cat, instead of each view's own SliceBackward embedding
+// its gradient in zeros of the input's shape and the engine adding those up (a fill, a copy
+// and an add of the whole input per view).
+class SplitBackward final : public autograd::Node {
+public:
+  SplitBackward(std::int64_t dim, std::vector<Shape> shapes, DType dtype, Device device)
+      : Node("SplitBackward"), dim_(dim), shapes_(std::move(shapes)), dtype_(dtype), device_(device) {}
+  std::vector<Tensor> apply(std::vector<Tensor> grads) override {
+    NvtxRange range(name_literal());
+    std::vector<Tensor> parts(shapes_.size());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const bool given = i < grads.size() && grads[i].defined();
+      parts[i] = !given ? zeros(shapes_[i], {.dtype = dtype_, .device = device_})
+                        : grads[i].dtype() == dtype_ ? grads[i] : grads[i].to(dtype_);
+    }
+    return {parts.size() == 1 ? parts[0] : cat(parts, dim_)};
+  }
+
+private:
+  std::int64_t dim_;
+  std::vector<Shape> shapes_;
+  DType dtype_;
+  Device device_;
+};
+
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
@@ -164,10 +191,20 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
                                       to_string(x.shape()) + ")");
   std::vector<Tensor> out;
   out.reserve(sizes.size());
-  std::int64_t offset = 0;
-  for (std::int64_t s : sizes) {
-    out.push_back(x.narrow(d, offset, s));
-    offset += s;
+  {
+    NoGradGuard no_grad;  // the views record one node together, below
+    std::int64_t offset = 0;
+    for (std::int64_t s : sizes) {
+      out.push_back(x.narrow(d, offset, s));
+      offset += s;
+    }
+  }
+  if (autograd::any_requires_grad({x})) {
+    std::vector<Shape> shapes;
+    shapes.reserve(out.size());
+    for (const Tensor& t : out) shapes.push_back(t.shape());
+    autograd::connect(std::make_shared<SplitBackward>(d, std::move(shapes), x.dtype(), x.device()),
+                     std::vector<Tensor>{x}, out);
   }
   return out;
 }

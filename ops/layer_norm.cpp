@@ -1,9 +1,10 @@
 // layer_norm (Ba, Kiros & Hinton 2016, "Layer Normalization") over the trailing
 // normalized_shape dims. Forward: the input is flattened to contiguous [rows, cols] and one
 // fused row kernel writes the output and each row's mean and rstd = 1 / sqrt(var + eps)
-// (biased variance). Backward: Tensor ops on the saved mean/rstd, in f32 for bf16/f16
-// (f64 for f64). Under create_graph the statistics are recomputed from x with Tensor ops
-// instead, so that second derivatives see their dependence on x.
+// (biased variance). Backward: one fused backend kernel (layer_norm_backward: dx per row,
+// dweight/dbias as deterministic column sums) on the saved mean/rstd, in f32 for bf16/f16
+// (f64 for f64). Under create_graph the rule is Tensor ops instead, with the statistics
+// recomputed from x, so that second derivatives see their dependence on x.
 module;
 #include <cstdint>
 #include <memory>
@@ -38,21 +39,49 @@ struct LayerNormInputs {
   double eps;
 };
 
-autograd::Grads layer_norm_rule(const autograd::Backward& c, const LayerNormInputs& in, const Tensor& x_in,
-                                const Tensor& w, const Tensor& saved_mean, const Tensor& saved_rstd) {
+// The kernel path (grad mode off: no second derivatives wanted): one fused backend kernel
+// reads dy, x, the saved statistics and the weight once. dweight/dbias come back in the
+// accumulation dtype and are converted to the parameters' dtypes as the Tensor-op rule does.
+autograd::Grads layer_norm_kernel_rule(const autograd::Backward& c, const LayerNormInputs& in, const Tensor& x_in,
+                                       const Tensor& w, const Tensor& saved_mean, const Tensor& saved_rstd) {
+  const DType dt = compute_dtype(in.x_dtype);
+  const Device dev = x_in.device();
+  Tensor dx, dw, db;
+  if (c.needs(0)) dx = empty(in.x_shape, {.dtype = in.x_dtype, .device = dev});
+  if (c.needs(1)) dw = empty({in.cols}, {.dtype = dt, .device = dev});
+  if (c.needs(2)) db = empty({in.cols}, {.dtype = dt, .device = dev});
+  if (in.rows == 0) {  // no rows: nothing to sum
+    if (dw.defined()) dw.fill_(0.0);
+    if (db.defined()) db.fill_(0.0);
+  } else if (in.cols > 0) {
+    Tensor g = as_dtype(c.grad(), in.x_dtype).reshape({in.rows, in.cols}).contiguous();
+    Tensor x = x_in.reshape({in.rows, in.cols}).contiguous();
+    Tensor wc = w.defined() ? as_dtype(w, dt).reshape({in.cols}).contiguous() : Tensor();
+    backend::Operand dxo, dwo, dbo, wo;
+    if (dx.defined()) dxo = backend::output(dx.view({in.rows, in.cols}), op);
+    if (dw.defined()) dwo = backend::output(dw, op);
+    if (db.defined()) dbo = backend::output(db, op);
+    if (wc.defined()) wo = backend::input(wc, op);
+    backend::backend_for(dev).layer_norm_backward(
+        dx.defined() ? &dxo : nullptr, dw.defined() ? &dwo : nullptr, db.defined() ? &dbo : nullptr,
+        backend::input(g, op), backend::input(x, op), backend::input(saved_mean, op), backend::input(saved_rstd, op),
+        wc.defined() ? &wo : nullptr);
+  }
+  if (dw.defined()) dw = as_dtype(dw.view(in.normalized_shape), in.w_dtype);
+  if (db.defined()) db = as_dtype(db.view(in.normalized_shape), in.b_dtype);
+  return {dx, dw, db};
+}
+
+// The same gradients with Tensor ops, for create_graph (second derivatives).
+autograd::Grads layer_norm_graph_rule(const autograd::Backward& c, const LayerNormInputs& in, const Tensor& x_in,
+                                      const Tensor& w) {
   const DType dt = compute_dtype(in.x_dtype);
   Tensor g = as_dtype(c.grad().reshape({in.rows, in.cols}), dt);
   Tensor x = as_dtype(x_in.reshape({in.rows, in.cols}), dt);
-  Tensor mu, rs;
-  if (autograd::is_grad_enabled()) {
-    // create_graph: statistics as functions of x, so the graph of dx is complete.
-    mu = mean(x, {1}, true);
-    Tensor d = sub(x, mu);
-    rs = rsqrt(add(mean(mul(d, d), {1}, true), in.eps));
-  } else {
-    mu = as_dtype(saved_mean, dt).view({in.rows, 1});
-    rs = as_dtype(saved_rstd, dt).view({in.rows, 1});
-  }
+  // Statistics as functions of x, so the graph of dx is complete.
+  Tensor mu = mean(x, {1}, true);
+  Tensor d = sub(x, mu);
+  Tensor rs = rsqrt(add(mean(mul(d, d), {1}, true), in.eps));
   Tensor xhat = mul(sub(x, mu), rs);
   Tensor dx, dw, db;
   if (c.needs(0)) {
@@ -131,7 +160,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                        bias.defined() ? bias.dtype() : x.dtype(), rows, cols, eps};
     autograd::record("LayerNormBackward", {x, weight, bias}, {out}, {x, weight, mu, rs},
                      [in = std::move(in)](const autograd::Backward& c) {
-                       return layer_norm_rule(c, in, c.saved(0), c.saved(1), c.saved(2), c.saved(3));
+                       // Grad mode is on in backward only under create_graph.
+                       if (!autograd::is_grad_enabled())
+                         return layer_norm_kernel_rule(c, in, c.saved(0), c.saved(1), c.saved(2), c.saved(3));
+                       return layer_norm_graph_rule(c, in, c.saved(0), c.saved(1));
                      });
   }
   return out;

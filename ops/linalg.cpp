@@ -42,8 +42,36 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul(a, b);
 }
 
+namespace {
+
+// Whether x [..., K] @ w [K, N] + bias [N] can be one fused GEMM over x's rows
+// (ops_detail::linear_2d): all defined, w 2-D with x's K, a 1-D bias of size N, one floating
+// dtype, one device. Anything else takes the composite, whose errors stay as they were.
+bool fusable(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (!x.defined() || !w.defined() || !bias.defined()) return false;
+  if (x.dim() < 1 || w.dim() != 2 || bias.dim() != 1 || x.size(-1) != w.size(0) || bias.size(0) != w.size(1))
+    return false;
+  if (!is_floating_point(x.dtype()) || w.dtype() != x.dtype() || bias.dtype() != x.dtype()) return false;
+  return w.device() == x.device() && bias.device() == x.device();
+}
+
+// addmm's input as a 1-D bias: [n] itself, [1, n] viewed as [n]; undefined otherwise.
+Tensor as_row(const Tensor& input) {
+  if (!input.defined()) return {};
+  if (input.dim() == 1) return input;
+  if (input.dim() == 2 && input.size(0) == 1) return input.reshape({input.size(1)});
+  return {};
+}
+
+}  // namespace
+
 Tensor addmm(const Tensor& input, const Tensor& mat1, const Tensor& mat2, double beta, double alpha) {
   BRRR_AUTOCAST(lower_precision, addmm, input, mat1, mat2, beta, alpha);
+  if (beta == 1 && alpha == 1) {
+    NvtxRange range("addmm");
+    Tensor row = as_row(input);
+    if (mat1.dim() == 2 && fusable(mat1, mat2, row)) return ops_detail::linear_2d(mat1, mat2, row);
+  }
   Tensor p = mm(mat1, mat2);
   if (alpha != 1) p = mul(p, alpha);
   if (beta == 0) return p;  // input ignored (NaN in it does not propagate), as PyTorch
@@ -80,6 +108,16 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   require_defined("linear", weight, "weight");
   if (weight.dim() != 2 && weight.dim() != 1)
     throw Error(ErrorKind::shape, "linear: weight must be [out, in] or [in], got " + describe(weight));
+  if (weight.dim() == 2 && fusable(input, weight.t(), bias)) {
+    // input [..., in] as rows [M, in]: one GEMM with the bias fused, reshaped back.
+    Shape lead(input.shape().begin(), input.shape().end() - 1);
+    std::int64_t rows = 1;
+    for (std::int64_t s : lead) rows *= s;
+    Tensor x = input.dim() == 2 ? input : input.reshape({rows, weight.size(1)});
+    Tensor y = ops_detail::linear_2d(x, weight.t(), bias);
+    lead.push_back(weight.size(0));
+    return input.dim() == 2 ? y : y.view(lead);
+  }
   Tensor y = matmul(input, weight.dim() == 2 ? weight.t() : weight);
   return bias.defined() ? add(y, bias) : y;
 }

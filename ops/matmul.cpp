@@ -10,6 +10,9 @@
 // Backward: grad_a = g @ b^T, grad_b = a^T @ g (summed over broadcast batch dims), written
 // with ops so that create_graph records them; grad_b = (g^T a)^T when b is a transposed
 // contiguous matrix, so a Linear weight's gradient arrives contiguous.
+// linear_2d (addmm and linear with a bias): x @ w + bias as one GEMM with the bias in its
+// epilogue; its backward computes the weight's gradient and the bias's (the sum of g over
+// rows) in one GEMM too, by the bias-gradient epilogue of the backend contract.
 module;
 #include <algorithm>
 #include <atomic>
@@ -239,7 +242,77 @@ autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Te
   return {ga, gb};
 }
 
+// a [m, k] @ b [k, n] (+ bias [n]) by one unrecorded GEMM. With bias_grad, also the sum over
+// k of operand `of` (a: [m], b: [n]) into *bias_grad (no bias then).
+Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad, backend::GemmOperand of,
+               const char* op) {
+  NoGradGuard no_grad;
+  const Device dev = a.device();
+  const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor out = empty({m, n}, {.dtype = a.dtype(), .device = dev});
+  Operand oa = gemm_operand(a, {}, m, k);
+  Operand ob = gemm_operand(b, {}, k, n);
+  backend::GemmArgs args;
+  args.dtype = a.dtype();
+  args.device = dev.is_cuda() ? dev.index() : -1;
+  args.allow_tf32 = tf32_allowed.load(std::memory_order_relaxed);
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.a = backend::input_data(oa.t, op);
+  args.a_row_stride = oa.row_stride;
+  args.a_col_stride = oa.col_stride;
+  args.b = backend::input_data(ob.t, op);
+  args.b_row_stride = ob.row_stride;
+  args.b_col_stride = ob.col_stride;
+  Tensor bias_c;
+  if (bias.defined()) {
+    bias_c = bias.contiguous();
+    args.bias = backend::input_data(bias_c, op);
+  }
+  if (bias_grad != nullptr) {
+    *bias_grad = empty({of == backend::GemmOperand::a ? m : n}, {.dtype = a.dtype(), .device = dev});
+    args.bias_grad = backend::output_data(*bias_grad, op);
+    args.bias_grad_of = of;
+  }
+  args.c = backend::output_data(out, op);
+  backend::backend_for(dev).gemm(args);
+  return out;
+}
+
+// The gradients of x @ w + bias (linear_2d): dx = g w^T, dw = x^T g, dbias = g summed over
+// rows. Without create_graph, dw and dbias come from one GEMM (the bias-gradient epilogue);
+// with it, from recorded matmul and sum.
+autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const Tensor& w) {
+  autograd::Grads r(3);
+  const Tensor& g = c.grad();
+  if (!g.defined()) return r;
+  if (c.needs(0)) r[0] = matmul(g, w.t());
+  // w the transpose of a contiguous [n, k] (linear's weight.t()): compute that tensor's
+  // gradient g^T x, contiguous, and return its transpose (as matmul's rule does).
+  const bool w_transposed = w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
+  if (c.needs(1) && c.needs(2) && !autograd::is_grad_enabled()) {
+    Tensor db;
+    r[1] = w_transposed ? gemm_2d(g.t(), x, Tensor(), &db, backend::GemmOperand::a, "linear").t()
+                        : gemm_2d(x.t(), g, Tensor(), &db, backend::GemmOperand::b, "linear");
+    r[2] = db;
+    return r;
+  }
+  if (c.needs(1)) r[1] = w_transposed ? matmul(g.t(), x).t() : matmul(x.t(), g);
+  if (c.needs(2)) r[2] = sum(g, {0});
+  return r;
+}
+
 }  // namespace
+
+Tensor ops_detail::linear_2d(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Tensor out = gemm_2d(x, w, bias, nullptr, backend::GemmOperand::b, "linear");
+  if (autograd::any_requires_grad({x, w, bias}))
+    autograd::record("AddmmBackward", {x, w, bias}, {out}, {x, w}, [](const autograd::Backward& c) {
+      return linear_rule(c, c.saved(0), c.saved(1));
+    });
+  return out;
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   BRRR_AUTOCAST(lower_precision, matmul, a, b);

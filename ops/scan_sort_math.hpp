@@ -46,6 +46,19 @@ template <ScanOp OP, class A> BRRR_HD A combine(A acc, A x) {
   } else static_assert(no_math_for<OP>, "an op of BRRR_SCAN_OPS has no math in ops/scan_sort_math.hpp");
 }
 
+/// The scans with an identity (combined first, it leaves every value as it is), which the
+/// chunked CUDA scan starts from: -0.0 for cumsum (so a lone -0.0 stays -0.0), 1 for cumprod,
+/// -inf for logcumsumexp. cummax/cummin have none in use (their NaN and index rules).
+template <ScanOp OP> inline constexpr bool has_identity =
+    OP == ScanOp::cumsum || OP == ScanOp::cumprod || OP == ScanOp::logcumsumexp;
+template <ScanOp OP, class A> BRRR_HD A identity() {
+  static_assert(has_identity<OP>, "this scan has no identity");
+  if constexpr (OP == ScanOp::cumprod) return A(1);
+  else if constexpr (!std::is_floating_point_v<A>) return A(0);
+  else if constexpr (OP == ScanOp::cumsum) return A(-0.0);
+  else return -std::numeric_limits<A>::infinity();
+}
+
 /// cummax/cummin: whether element x (of value x) is the running extreme `y` at its position
 /// (so its index becomes the running index): equal, or both NaN.
 template <class A> BRRR_HD bool is_running_extreme(A x, A y) { return x == y || (is_nan(x) && is_nan(y)); }
@@ -71,6 +84,18 @@ template <class T> BRRR_HD sort_key_t<T> sort_key(T v, bool is_float, bool nan, 
   if (nan) return U(~U(0));
   if (zero) u = 0;  // -0.0 -> +0.0
   return (u & sign) ? U(~u) : U(u | sign);
+}
+
+/// sort_key of an element of any element type (the 16-bit floats compared through load()).
+template <class T> BRRR_HD sort_key_t<T> sort_key_of(T v) {
+  constexpr bool is_float = backend::is_floating<T>;
+  const auto w = backend::load(v);
+  bool nan = false, zero = false;
+  if constexpr (is_float) {
+    nan = w != w;
+    zero = w == 0;
+  }
+  return sort_key<T>(v, is_float, nan, zero);
 }
 
 }  // namespace brrr::scan_math

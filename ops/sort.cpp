@@ -1,6 +1,7 @@
 // Sorting and what is built on it: sort, argsort, topk, kthvalue, median, mode, unique,
-// bincount, searchsorted. One backend sort (stable, NaN largest) over the dim moved last; the
-// others are compositions. The gradient of the sorted values (and of topk, kthvalue, median,
+// bincount, searchsorted. One backend sort (stable, NaN largest) over the dim moved last, and
+// the backend's topk (its first k columns, selected before sorting); the others are
+// compositions. The gradient of the sorted values (and of topk, kthvalue, median,
 // mode) goes back to the positions the values came from (a scatter_add of the indices). unique and
 // bincount have data-dependent output sizes: they read a count back to the host (one counted
 // sync on CUDA, backend::note_sync via item/to_host).
@@ -37,6 +38,23 @@ ValuesIndices sort_forward(const Tensor& x, std::int64_t d, bool descending) {
   if (values.numel() > 0)
     backend::backend_for(x.device()).sort(backend::output(values, "sort"), backend::output(indices, "sort"),
                                           backend::input(moved, "sort"), descending);
+  if (d != last) return {values.transpose(d, last), indices.transpose(d, last)};
+  return {values, indices};
+}
+
+// The first k of sort_forward(x, d, largest) along d (x at least 1-D), never recorded: the
+// backend's topk, which selects before it sorts.
+ValuesIndices topk_forward(const Tensor& x, std::int64_t k, std::int64_t d, bool largest) {
+  NoGradGuard no_grad;
+  const std::int64_t last = x.dim() - 1;
+  Tensor moved = (d == last ? x : x.transpose(d, last)).contiguous();
+  Shape shape = moved.shape();
+  shape.back() = k;
+  Tensor values = empty(shape, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty(shape, {.dtype = DType::i64, .device = x.device()});
+  if (values.numel() > 0)
+    backend::backend_for(x.device()).topk(backend::output(values, "topk"), backend::output(indices, "topk"),
+                                          backend::input(moved, "topk"), k, largest);
   if (d != last) return {values.transpose(d, last), indices.transpose(d, last)};
   return {values, indices};
 }
@@ -91,12 +109,7 @@ ValuesIndices topk(const Tensor& x, std::int64_t k, std::int64_t dim, bool large
     throw Error(ErrorKind::index, "topk: k = " + std::to_string(k) + " is out of range for dim " + std::to_string(d) +
                                       " of size " + std::to_string(n) + " (shape " + to_string(x.shape()) + ")");
   (void)sorted;  // always sorted
-  ValuesIndices s = sort_forward(x, d, largest);
-  ValuesIndices r;
-  {
-    NoGradGuard no_grad;
-    r = x.dim() == 0 ? s : ValuesIndices{s.values.narrow(d, 0, k), s.indices.narrow(d, 0, k)};
-  }
+  ValuesIndices r = x.dim() == 0 ? sort_forward(x, d, largest) : topk_forward(x, k, d, largest);
   record_picked("TopkBackward", x, r.values, r.indices, d);
   return r;
 }

@@ -99,13 +99,15 @@ Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, doubl
       return autograd::is_grad_enabled() ? where(le(x, 0.0), zeros_like(g), g) : relu_backward(g, x);
     case UnaryOp::gelu_erf: {
       // d/dx x Phi(x) = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2,
-      // phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+      // phi(x) = exp(-x^2 / 2) / sqrt(2 pi); one kernel unless create_graph records it.
+      if (!autograd::is_grad_enabled()) return gelu_backward(g, x, "none");
       Tensor cdf = mul(add(erf(mul(x, inv_sqrt2)), 1.0), 0.5);
       Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), inv_sqrt_2pi);
       return mul(g, add(cdf, mul(x, pdf)));
     }
     case UnaryOp::gelu_tanh: {
       // y = x/2 (1 + t), t = tanh(k (x + c x^3)): dy/dx = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 c x^2)
+      if (!autograd::is_grad_enabled()) return gelu_backward(g, x, "tanh");
       Tensor x2 = mul(x, x);
       Tensor t = tanh(mul(add(x, mul(mul(x2, x), gelu_c)), gelu_k));
       Tensor left = mul(add(t, 1.0), 0.5);

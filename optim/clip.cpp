@@ -1,15 +1,20 @@
 // Gradient clipping by the joint norm of all gradients (PyTorch's
-// torch.nn.utils.clip_grad_norm_), entirely with device ops: the norm and the scale factor
-// stay 0-d tensors on the gradients' device, so clipping never makes the host wait.
+// torch.nn.utils.clip_grad_norm_), entirely on the device: the norm and the scale factor
+// stay tensors on the gradients' device, so clipping never makes the host wait. The
+// contiguous gradients of each dtype take two multi-tensor kernels (their norms, then their
+// scaling by the factor, which the kernel reads from device memory), as PyTorch's
+// _foreach_norm / _foreach_mul_; the others (expanded views, shared storage) take ops.
 module;
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 module brrr.optim;
 import brrr.tensor;
 import brrr.ops;
+import brrr.backend;
 
 namespace brrr::optim {
 
@@ -43,40 +48,62 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     return zeros({}, {.dtype = DType::f32, .device = dev});
   }
 
-  // Per-gradient norms (to the power p for finite p), as 0-d f32 tensors; then one joint norm.
+  const Device dev = grads.front().device();
+  const char* op = "clip_grad_norm_";
+  auto group_of = [&](std::map<DType, backend::MultiTensor>& groups, DType dtype) -> backend::MultiTensor& {
+    backend::MultiTensor& m = groups[dtype];
+    m.dtype = dtype;
+    m.device = dev.is_cuda() ? dev.index() : -1;
+    return m;
+  };
+
+  // Per-gradient norms (to the power p for finite p) in f32: the contiguous gradients of each
+  // dtype by one multi-tensor kernel, the others with ops; then one joint norm.
   std::vector<Tensor> parts;
-  parts.reserve(grads.size());
+  std::map<DType, backend::MultiTensor> norm_groups;
   for (const Tensor& g0 : grads) {
+    if (g0.numel() == 0) continue;  // adds 0 (and 0 is no maximum of absolute values)
+    if (g0.is_contiguous()) {
+      backend::MultiTensor& m = group_of(norm_groups, g0.dtype());
+      m.data.push_back(const_cast<void*>(backend::input_data(g0, op)));
+      m.numels.push_back(g0.numel());
+      continue;
+    }
     // bf16/f16 squares would round to 8/11 bits: compute in f32 (f64 stays f64).
     Tensor g = g0.dtype() == DType::bf16 || g0.dtype() == DType::f16 ? g0.to(DType::f32) : g0;
     Tensor part;
-    if (g.numel() == 0) {
-      part = zeros({}, {.dtype = DType::f32, .device = g.device()});
-    } else if (inf_norm) {
-      part = max(abs(g));
-    } else if (norm_type == 2.0) {
-      part = sum(mul(g, g));
-    } else if (norm_type == 1.0) {
-      part = sum(abs(g));
-    } else {
-      part = sum(pow(abs(g), norm_type));
-    }
-    parts.push_back(part.dtype() == DType::f32 ? part : part.to(DType::f32));
+    if (inf_norm) part = max(abs(g));
+    else if (norm_type == 2.0) part = sum(mul(g, g));
+    else if (norm_type == 1.0) part = sum(abs(g));
+    else part = sum(pow(abs(g), norm_type));
+    parts.push_back((part.dtype() == DType::f32 ? part : part.to(DType::f32)).reshape({1}));
   }
-  Tensor stacked = stack(parts);
+  for (auto& [dtype, m] : norm_groups) {
+    Tensor out = empty({static_cast<std::int64_t>(m.data.size())}, {.dtype = DType::f32, .device = dev});
+    backend::backend_for(dev).multi_tensor_norm(backend::output(out, op), m, norm_type);
+    parts.push_back(out);
+  }
   Tensor total;
-  if (inf_norm) total = max(stacked);
-  else if (norm_type == 2.0) total = sqrt(sum(stacked));
-  else if (norm_type == 1.0) total = sum(stacked);
-  else total = pow(sum(stacked), 1.0 / norm_type);
+  if (parts.empty()) {
+    total = zeros({}, {.dtype = DType::f32, .device = dev});
+  } else {
+    Tensor stacked = parts.size() == 1 ? parts.front() : cat(parts);
+    if (inf_norm) total = max(stacked);
+    else if (norm_type == 2.0) total = sqrt(sum(stacked));
+    else if (norm_type == 1.0) total = sum(stacked);
+    else total = pow(sum(stacked), 1.0 / norm_type);
+  }
 
   // coef = min(1, max_norm / (total + 1e-6)), a 0-d device tensor.
   Tensor coef = clamp_max(div(Scalar(max_norm), add(total, Scalar(1e-6))), 1.0);
 
-  // Scale in place where that is safe. A gradient that is an expanded view (stride 0, as
-  // sum()'s backward leaves it) or that shares its storage with another gradient of this list
-  // (add()'s backward hands one tensor to both inputs) would be scaled more than once through
-  // the alias: such gradients are replaced by a scaled copy instead.
+  // Scale in place where that is safe, by one multi-tensor kernel per dtype (computing in f32,
+  // f64 for f64). A gradient that is an expanded view (stride 0, as sum()'s backward leaves
+  // it) or that shares its storage with another gradient of this list (add()'s backward hands
+  // one tensor to both inputs) would be scaled more than once through the alias: such
+  // gradients are replaced by a scaled copy instead.
+  std::map<DType, backend::MultiTensor> scale_groups;
+  std::vector<Tensor> in_place;
   for (std::size_t k = 0; k < grads.size(); ++k) {
     const Tensor& g = grads[k];
     bool aliased = !g.is_contiguous();
@@ -84,10 +111,18 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
       aliased = j != k && grads[j].storage().is_same(g.storage());
     if (aliased) {
       params[with_grad[k]].set_grad(mul(g, coef.to(g.dtype())));
-    } else {
-      mul_(g, coef);
+    } else if (g.numel() > 0) {
+      backend::MultiTensor& m = group_of(scale_groups, g.dtype());
+      m.data.push_back(backend::output_data(g, op));
+      m.numels.push_back(g.numel());
+      in_place.push_back(g);
     }
   }
+  for (auto& [dtype, m] : scale_groups) {
+    Tensor scale = coef.to(dtype == DType::f64 ? DType::f64 : DType::f32);
+    backend::backend_for(dev).multi_tensor_scale(m, backend::input(scale, op));
+  }
+  for (const Tensor& g : in_place) g.storage().bump_version();  // written in place
   return total;
 }
 

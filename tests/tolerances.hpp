@@ -56,8 +56,10 @@ enum class Computed {
   /// dp - delta, so an element can be far smaller than the errors of its terms. f32: the log-
   /// sum-exp is kept in f32 (p = exp(s - lse) carries |lse| * 6e-8), and CUDA accumulates the
   /// S- and D-term sums in f32 (about S * 6e-8 of the sum of |terms| for S <= 256): 1e-4.
-  /// bf16/f16: the output and the gradients rounded once (2^-9 and 2^-11 relative), and delta =
-  /// dO . O computed from the rounded output: 8 ulps.
+  /// bf16/f16: the output and the gradients rounded once (2^-9 and 2^-11 relative), delta =
+  /// dO . O computed from the rounded output, and (tensor-core kernels) the P and dS tiles
+  /// rounded to the dtype before their products, each an error of 2^-9 (2^-11) of one term of
+  /// a sum: 8 ulps.
   attention,
 };
 

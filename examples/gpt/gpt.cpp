@@ -254,7 +254,7 @@ private:
 class TiedHeadImpl final : public nn::ModuleImpl {
 public:
   explicit TiedHeadImpl(const Tensor& w) { register_parameter("weight", w); }
-  Tensor forward(const Tensor& x) override { return matmul(x, own_parameters()[0].second.t()); }
+  Tensor forward(const Tensor& x) override { return linear(x, own_parameters()[0].second); }
   std::string name() const override { return "Linear(tied)"; }
 };
 

@@ -195,6 +195,42 @@ void CpuBackend::random(const Operand& out, Distribution dist, std::uint64_t see
   });
 }
 
+// The words of dropout's uniforms in chunks of whole Philox blocks (split over the intra-op
+// pool; each element's words depend only on its index, so not on the thread count).
+void CpuBackend::dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d) {
+  namespace rt = random_transform;
+  if (in.numel == 0) return;
+  dispatch(in.dtype, [&]<class T>(T*) {
+    if constexpr (!is_floating<T>) {
+      throw Error(ErrorKind::dtype, std::string("dropout: expected a floating-point tensor, got ") + to_string(in.dtype));
+    } else {
+      constexpr std::int64_t words_per = std::is_same_v<T, double> ? 2 : 1;
+      const T keep = narrow_to<T>(1.0 / (1.0 - d.p)), zero = narrow_to<T>(0.0);
+      const float p32 = static_cast<float>(d.p);
+      const auto* x = static_cast<const T*>(in.data);
+      auto* z = static_cast<T*>(noise.data);
+      auto* y = static_cast<T*>(out.data);
+      constexpr std::int64_t chunk = 4096;  // elements
+      cpu::parallel_for((in.numel + chunk - 1) / chunk, 4, [&](std::int64_t c0, std::int64_t c1) {
+        std::vector<std::uint32_t> w(static_cast<std::size_t>(chunk * words_per));
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const std::int64_t e0 = c * chunk, e1 = std::min(in.numel, e0 + chunk);
+          rt::philox_words(d.seed, d.offset + static_cast<std::uint64_t>(e0 * words_per), w.data(),
+                           static_cast<std::uint64_t>((e1 - e0) * words_per));
+          for (std::int64_t i = e0; i < e1; ++i) {
+            const std::size_t k = static_cast<std::size_t>(i - e0);
+            bool kept;
+            if constexpr (std::is_same_v<T, double>) kept = rt::uniform53(w[2 * k], w[2 * k + 1]) >= d.p;
+            else kept = rt::uniform_bits(w[k], 24) >= p32;
+            z[i] = kept ? keep : zero;
+            y[i] = narrow_to<T>(load<T>(x[i]) * load<T>(z[i]));
+          }
+        }
+      });
+    }
+  });
+}
+
 std::uint64_t random_words(Distribution dist, DType dtype, std::int64_t numel) {
   namespace rt = random_transform;
   std::uint64_t per = 0;

@@ -9,6 +9,9 @@
 // is gathered into a dense matrix first. f32 and f64 multiply in their own type; bf16 and
 // f16 are widened to f32, multiplied there and rounded once when stored (as cuBLAS does
 // with CUBLAS_COMPUTE_32F). Batch strides may be 0 (a broadcast operand).
+// Epilogues: a bias is written into C first and the product added to it (beta = 1), or, when
+// the caller's beta keeps C, added after it; bf16/f16 add it before their one rounding. A bias
+// gradient is a sum over k of A or B in double, in a fixed order, after the product.
 module;
 #include <cblas.h>
 #include <strings.h>  // strcasecmp
@@ -19,6 +22,7 @@ module;
 #include <limits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include "backend/contract.hpp"
 #include "ops/cpu/isa/kernels.hpp"  // cpu::supported
@@ -122,13 +126,23 @@ void product(const MatrixView<T>& A, const MatrixView<T>& B, T* C, std::int64_t 
 template <class T> void gemm_native(const GemmArgs& g) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
+  const T* bias = static_cast<const T*>(g.bias);
   T* c = static_cast<T*>(g.c);
   const T alpha = static_cast<T>(g.alpha), beta = static_cast<T>(g.beta);
   auto one = [&](std::int64_t i, bool split) {
     std::vector<T> da, db;
     auto A = view(a + i * g.a_batch_stride, g.m, g.k, g.a_row_stride, g.a_col_stride, da);
     auto B = view(b + i * g.b_batch_stride, g.k, g.n, g.b_row_stride, g.b_col_stride, db);
-    product(A, B, c + i * g.m * g.n, g.m, g.n, g.k, alpha, beta, split);
+    T* ci = c + i * g.m * g.n;
+    if (bias != nullptr && g.beta == 0) {  // C = bias broadcast, then C += alpha A B
+      for (std::int64_t r = 0; r < g.m; ++r) std::copy(bias, bias + g.n, ci + r * g.n);
+      product(A, B, ci, g.m, g.n, g.k, alpha, T(1), split);
+      return;
+    }
+    product(A, B, ci, g.m, g.n, g.k, alpha, beta, split);
+    if (bias != nullptr)
+      for (std::int64_t r = 0; r < g.m; ++r)
+        for (std::int64_t j = 0; j < g.n; ++j) ci[r * g.n + j] += bias[j];
   };
   // Many products: one per chunk of the batch; few: split each one.
   if (g.batch >= 2 * get_num_threads()) {
@@ -153,6 +167,7 @@ std::vector<float> widen(const T* p, std::int64_t rows, std::int64_t cols, std::
 template <class T> void gemm_widened(const GemmArgs& g) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
+  const T* bias = static_cast<const T*>(g.bias);
   T* c = static_cast<T*>(g.c);
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   std::vector<float> C(static_cast<std::size_t>(g.m * g.n));
@@ -166,26 +181,90 @@ template <class T> void gemm_widened(const GemmArgs& g) {
     for (std::int64_t j = 0; j < g.m * g.n; ++j) {
       float v = alpha * C[j];
       if (g.beta != 0) v += beta * static_cast<float>(ci[j]);
+      if (bias != nullptr) v += static_cast<float>(bias[j % g.n]);
       ci[j] = T(v);
     }
+  }
+}
+
+// An element as double and back (bf16/f16 convert through float only).
+template <class T> double to_double(T v) {
+  if constexpr (std::is_floating_point_v<T>) return static_cast<double>(v);
+  else return static_cast<double>(static_cast<float>(v));
+}
+template <class T> T from_double(double v) {
+  if constexpr (std::is_floating_point_v<T>) return static_cast<T>(v);
+  else return T(static_cast<float>(v));
+}
+
+// out[i] = sum over q < k of p[i * step + q * k_step], i < len, in double, rounded once; each
+// sum in the order q = 0, 1, ... whatever the split over the pool.
+template <class T>
+void sums_over_k(const T* p, std::int64_t len, std::int64_t k, std::int64_t step, std::int64_t k_step, T* out) {
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, k));
+  cpu::parallel_for(len, grain, [&](std::int64_t i0, std::int64_t i1) {
+    if (step <= k_step) {  // walk k outside, the sums' dim (the closer one) inside
+      std::vector<double> acc(static_cast<std::size_t>(i1 - i0), 0.0);
+      for (std::int64_t q = 0; q < k; ++q) {
+        const T* row = p + q * k_step;
+        for (std::int64_t i = i0; i < i1; ++i) acc[static_cast<std::size_t>(i - i0)] += to_double(row[i * step]);
+      }
+      for (std::int64_t i = i0; i < i1; ++i) out[i] = from_double<T>(acc[static_cast<std::size_t>(i - i0)]);
+    } else {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        double acc = 0;
+        for (std::int64_t q = 0; q < k; ++q) acc += to_double(p[i * step + q * k_step]);
+        out[i] = from_double<T>(acc);
+      }
+    }
+  });
+}
+
+// The bias-gradient epilogue (batch 1): the sum over k of A ([m]) or B ([n]).
+template <class T> void write_bias_grad(const GemmArgs& g) {
+  T* out = static_cast<T*>(g.bias_grad);
+  switch (g.bias_grad_of) {
+    case GemmOperand::a:
+      return sums_over_k(static_cast<const T*>(g.a), g.m, g.k, g.a_row_stride, g.a_col_stride, out);
+    case GemmOperand::b:
+      return sums_over_k(static_cast<const T*>(g.b), g.n, g.k, g.b_col_stride, g.b_row_stride, out);
   }
 }
 
 }  // namespace
 
 void CpuBackend::gemm(const GemmArgs& args) {
-  if (args.batch <= 0 || args.m <= 0 || args.n <= 0) return;
-  constexpr std::int64_t int_max = std::numeric_limits<int>::max();  // cblas takes int dims
-  for (std::int64_t v : {args.m, args.n, args.k, std::abs(args.a_row_stride), std::abs(args.a_col_stride),
-                         std::abs(args.b_row_stride), std::abs(args.b_col_stride)})
-    if (v > int_max)
-      throw Error(ErrorKind::shape, "gemm: dimension or stride " + std::to_string(v) + " exceeds the CPU BLAS's int range");
-  use_one_openblas_thread();
+  if (args.bias != nullptr && args.bias_grad != nullptr)
+    throw Error(ErrorKind::value, "gemm: a bias and a bias gradient cannot be asked of one product");
+  if ((args.bias != nullptr || args.bias_grad != nullptr) && args.batch != 1)
+    throw Error(ErrorKind::value, "gemm: the bias epilogues need batch 1, got " + std::to_string(args.batch));
+  if (args.bias_grad != nullptr && args.alpha != 1)
+    throw Error(ErrorKind::value, "gemm: the bias-gradient epilogue needs alpha 1, got " + std::to_string(args.alpha));
+  if (args.batch > 0 && args.m > 0 && args.n > 0) {
+    constexpr std::int64_t int_max = std::numeric_limits<int>::max();  // cblas takes int dims
+    for (std::int64_t v : {args.m, args.n, args.k, std::abs(args.a_row_stride), std::abs(args.a_col_stride),
+                           std::abs(args.b_row_stride), std::abs(args.b_col_stride)})
+      if (v > int_max)
+        throw Error(ErrorKind::shape,
+                    "gemm: dimension or stride " + std::to_string(v) + " exceeds the CPU BLAS's int range");
+    use_one_openblas_thread();
+    switch (args.dtype) {
+      case DType::f32: gemm_native<float>(args); break;
+      case DType::f64: gemm_native<double>(args); break;
+      case DType::bf16: gemm_widened<bfloat16>(args); break;
+      case DType::f16: gemm_widened<half>(args); break;
+      case DType::i32: case DType::i64: case DType::boolean:
+        throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(args.dtype));
+    }
+  }
+  // The bias gradient sums over k whether or not there is a product (an empty m or n of the
+  // other operand leaves it whole).
+  if (args.bias_grad == nullptr) return;
   switch (args.dtype) {
-    case DType::f32: return gemm_native<float>(args);
-    case DType::f64: return gemm_native<double>(args);
-    case DType::bf16: return gemm_widened<bfloat16>(args);
-    case DType::f16: return gemm_widened<half>(args);
+    case DType::f32: return write_bias_grad<float>(args);
+    case DType::f64: return write_bias_grad<double>(args);
+    case DType::bf16: return write_bias_grad<bfloat16>(args);
+    case DType::f16: return write_bias_grad<half>(args);
     case DType::i32: case DType::i64: case DType::boolean:
       throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(args.dtype));
   }

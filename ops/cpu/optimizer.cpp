@@ -9,9 +9,11 @@
 //          p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
 module;
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include "backend/contract.hpp"
+#include "ops/cpu/loops.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -112,6 +114,64 @@ void CpuBackend::optimizer_step(const OptimizerStep& s) {
       throw Error(ErrorKind::dtype, std::string("optimizer_step: parameters of dtype ") + to_string(s.dtype) +
                                         " cannot be optimized (floating dtypes only)");
   }
+}
+
+// --- clip_grad_norm_'s multi-tensor kernels ----------------------------------------------
+
+namespace {
+
+// Calls f(T*) for the floating element type of `dtype`; Error(dtype) otherwise.
+template <class F> void floating_list(const char* op, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f(static_cast<float*>(nullptr));
+    case DType::f64: return f(static_cast<double*>(nullptr));
+    case DType::bf16: return f(static_cast<bfloat16*>(nullptr));
+    case DType::f16: return f(static_cast<half*>(nullptr));
+    case DType::i32:
+    case DType::i64:
+    case DType::boolean:
+      throw Error(ErrorKind::dtype, std::string(op) + ": expected floating tensors, got " + to_string(dtype));
+  }
+}
+
+}  // namespace
+
+// Each tensor summed (or its max taken) in order, in double: the reference of the CUDA
+// kernels, and independent of the thread count (tensors are split over the pool whole).
+void CpuBackend::multi_tensor_norm(const Operand& out, const MultiTensor& tensors, double norm_type) {
+  const auto count = static_cast<std::int64_t>(tensors.data.size());
+  auto* o = static_cast<float*>(out.data);
+  const bool inf = std::isinf(norm_type);
+  floating_list("multi_tensor_norm", tensors.dtype, [&]<class T>(T*) {
+    cpu::parallel_for(count, 1, [&](std::int64_t k0, std::int64_t k1) {
+      for (std::int64_t k = k0; k < k1; ++k) {
+        const auto* x = static_cast<const T*>(tensors.data[static_cast<std::size_t>(k)]);
+        const std::int64_t n = tensors.numels[static_cast<std::size_t>(k)];
+        double acc = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double v = std::fabs(static_cast<double>(load<T>(x[i])));
+          if (inf) acc = (acc != acc || v > acc || v != v) ? (acc != acc ? acc : v) : acc;  // NaN sticks
+          else if (norm_type == 2.0) acc += v * v;
+          else if (norm_type == 1.0) acc += v;
+          else acc += std::pow(v, norm_type);
+        }
+        o[k] = static_cast<float>(acc);
+      }
+    });
+  });
+}
+
+void CpuBackend::multi_tensor_scale(const MultiTensor& tensors, const Operand& scale) {
+  floating_list("multi_tensor_scale", tensors.dtype, [&]<class T>(T*) {
+    using A = accumulate_t<T>;
+    const A s = *static_cast<const A*>(scale.data);
+    for (std::size_t k = 0; k < tensors.data.size(); ++k) {
+      auto* x = static_cast<T*>(tensors.data[k]);
+      cpu::parallel_for(tensors.numels[k], cpu::elementwise_grain, [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) x[i] = narrow_to<T>(static_cast<A>(load<T>(x[i])) * s);
+      });
+    }
+  });
 }
 
 }  // namespace brrr::backend

@@ -1,5 +1,5 @@
-// CPU kernels of the row ops: softmax / log_softmax, layer_norm and the fused cross entropy
-// over the last dim of a contiguous [rows, cols] operand. The CPU backend is the reference
+// CPU kernels of the row ops: softmax / log_softmax, layer_norm (and its backward) and the
+// fused cross entropy over the last dim of a contiguous [rows, cols] operand. The CPU backend is the reference
 // the CUDA kernels are tested against, so rows are computed in double (max, sum of exp,
 // mean, two-pass biased variance, log-sum-exp) and rounded once to the output dtype; f32
 // softmax computes in f32 with a pairwise sum, as the CUDA kernel's accumulate_t does,
@@ -128,6 +128,78 @@ void CpuBackend::layer_norm(const Operand& out, const Operand& mean, const Opera
           if (b) v += static_cast<double>(load<T>(b[c]));
           yr[c] = narrow_to<T>(v);
         }
+      }
+    }
+  });
+}
+
+// dx per row (rows split over the intra-op pool) and dweight/dbias per column (columns split
+// over the pool, each column summed over the rows in order), in double, rounded once: the
+// result does not depend on the thread count.
+void CpuBackend::layer_norm_backward(const Operand* dx, const Operand* dweight, const Operand* dbias,
+                                     const Operand& grad, const Operand& in, const Operand& mean,
+                                     const Operand& rstd, const Operand* weight) {
+  const std::int64_t cols = cols_of(in);
+  if (cols == 0 || in.numel == 0) return;
+  const std::int64_t rows = in.numel / cols;
+  dispatch(in.dtype, [&]<class T>(T*) {
+    if constexpr (!is_floating<T>) {
+      not_floating("layer_norm backward", in.dtype);
+    } else {
+      using A = accumulate_t<T>;  // mean, rstd, weight, dweight, dbias
+      const auto* x = static_cast<const T*>(in.data);
+      const auto* g = static_cast<const T*>(grad.data);
+      const auto* mu = static_cast<const A*>(mean.data);
+      const auto* rs = static_cast<const A*>(rstd.data);
+      const auto* w = weight ? static_cast<const A*>(weight->data) : nullptr;
+      auto xhat = [&](std::int64_t r, std::int64_t c) {
+        return (static_cast<double>(load<T>(x[r * cols + c])) - static_cast<double>(mu[r])) * static_cast<double>(rs[r]);
+      };
+      if (dx) {
+        auto* out = static_cast<T*>(dx->data);
+        cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r) {
+            double s1 = 0, s2 = 0;
+            for (std::int64_t c = 0; c < cols; ++c) {
+              double gw = static_cast<double>(load<T>(g[r * cols + c]));
+              if (w) gw *= static_cast<double>(w[c]);
+              s1 += gw;
+              s2 += gw * xhat(r, c);
+            }
+            const double a = s1 / static_cast<double>(cols), b = s2 / static_cast<double>(cols);
+            const double rr = static_cast<double>(rs[r]);
+            for (std::int64_t c = 0; c < cols; ++c) {
+              double gw = static_cast<double>(load<T>(g[r * cols + c]));
+              if (w) gw *= static_cast<double>(w[c]);
+              out[r * cols + c] = narrow_to<T>(rr * ((gw - a) - xhat(r, c) * b));
+            }
+          }
+        });
+      }
+      if (dweight || dbias) {
+        auto* dw = dweight ? static_cast<A*>(dweight->data) : nullptr;
+        auto* db = dbias ? static_cast<A*>(dbias->data) : nullptr;
+        // Columns in blocks of 64, each block walking every row (contiguous runs of x, grad).
+        constexpr std::int64_t block = 64;
+        const std::int64_t blocks = (cols + block - 1) / block;
+        cpu::parallel_for(blocks, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(rows * block, 1)),
+                          [&](std::int64_t b0, std::int64_t b1) {
+          double sw[block], sb[block];
+          for (std::int64_t bk = b0; bk < b1; ++bk) {
+            const std::int64_t c0 = bk * block, c1 = std::min(cols, c0 + block);
+            for (std::int64_t c = c0; c < c1; ++c) sw[c - c0] = sb[c - c0] = 0;
+            for (std::int64_t r = 0; r < rows; ++r)
+              for (std::int64_t c = c0; c < c1; ++c) {
+                const double gv = static_cast<double>(load<T>(g[r * cols + c]));
+                sw[c - c0] += gv * xhat(r, c);
+                sb[c - c0] += gv;
+              }
+            for (std::int64_t c = c0; c < c1; ++c) {
+              if (dw) dw[c] = static_cast<A>(sw[c - c0]);
+              if (db) db[c] = static_cast<A>(sb[c - c0]);
+            }
+          }
+        });
       }
     }
   });

@@ -1,4 +1,4 @@
-// CPU kernels of the scans, the sort and searchsorted, over contiguous [rows, n] operands
+// CPU kernels of the scans, the sort, topk and searchsorted, over contiguous [rows, n] operands
 // along the last dim (the op layer moves the dim last). Math: ops/scan_sort_math.hpp, shared
 // with the CUDA kernels.
 module;
@@ -59,9 +59,16 @@ void CpuBackend::scan(ScanOp op, const Operand& out, const Operand& in, const Op
   });
 }
 
-void CpuBackend::sort(const Operand& values, const Operand& indices, const Operand& in, bool descending) {
+namespace {
+
+// The first k elements of each row in sort's order (NaN largest, -0.0 == 0.0, equal ones by
+// position) and their positions, into contiguous [rows, k]: a stable sort when k == n (sort),
+// else a partial sort (topk) under the same order made total by the position, so that its
+// first k are the stable sort's.
+void sorted_rows(const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool descending) {
   std::int64_t rows = 0, n = 0;
   rows_and_length(in, rows, n);
+  if (k == 0) return;
   dispatch(in.dtype, [&]<class T>(T*) {
     const auto* x = static_cast<const T*>(in.data);
     auto* v = static_cast<T*>(values.data);
@@ -69,24 +76,42 @@ void CpuBackend::sort(const Operand& values, const Operand& indices, const Opera
     std::vector<std::int64_t> order(static_cast<std::size_t>(n));
     for (std::int64_t r = 0; r < rows; ++r) {
       const T* row = x + r * n;
-      // NaN is the largest value (PyTorch); -0.0 == 0.0 by the comparison itself.
-      auto less = [&](std::int64_t a, std::int64_t b) {
-        const auto wa = widen(row[a]), wb = widen(row[b]);
+      // a before b in the sort's direction (the comparison itself makes -0.0 == 0.0).
+      auto before = [&](std::int64_t a, std::int64_t b) {
+        auto wa = widen(row[a]), wb = widen(row[b]);
+        if (descending) std::swap(wa, wb);
         if constexpr (std::is_floating_point_v<decltype(wa)>) {
-          if (wa != wa) return false;
+          if (wa != wa) return false;  // NaN is the largest value (PyTorch)
           if (wb != wb) return true;
         }
         return wa < wb;
       };
       std::iota(order.begin(), order.end(), std::int64_t(0));
-      if (descending) std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return less(b, a); });
-      else std::stable_sort(order.begin(), order.end(), less);
-      for (std::int64_t j = 0; j < n; ++j) {
-        idx[r * n + j] = order[static_cast<std::size_t>(j)];
-        v[r * n + j] = row[order[static_cast<std::size_t>(j)]];
+      if (k == n) {
+        std::stable_sort(order.begin(), order.end(), before);
+      } else {
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](std::int64_t a, std::int64_t b) {
+          return before(a, b) || (!before(b, a) && a < b);
+        });
+      }
+      for (std::int64_t j = 0; j < k; ++j) {
+        idx[r * k + j] = order[static_cast<std::size_t>(j)];
+        v[r * k + j] = row[order[static_cast<std::size_t>(j)]];
       }
     }
   });
+}
+
+}  // namespace
+
+void CpuBackend::sort(const Operand& values, const Operand& indices, const Operand& in, bool descending) {
+  std::int64_t rows = 0, n = 0;
+  rows_and_length(in, rows, n);
+  sorted_rows(values, indices, in, n, descending);
+}
+
+void CpuBackend::topk(const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool largest) {
+  sorted_rows(values, indices, in, k, largest);
 }
 
 void CpuBackend::searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right) {

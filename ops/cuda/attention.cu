@@ -4,7 +4,10 @@
 // queries/output gradients) go through shared memory, the softmax is computed online, and
 // backward recomputes the probabilities from the log-sum-exp the forward saved.
 //
-// A straightforward SIMT version (no tensor cores yet): arithmetic in f32 (f64 for f64), every
+// bf16/f16 take the tensor-core kernels of ops/cuda/attention_mma.cu (same contract, same
+// dropout words, lse interchangeable); the SIMT kernels here serve f32 and f64.
+//
+// A straightforward SIMT version (no tensor cores): arithmetic in f32 (f64 for f64), every
 // element type converted once when its tile is loaded. A row (one query in the forward and the
 // dQ kernel, one key in the dK/dV kernel) belongs to TPR = DMAX / 16 adjacent threads, each
 // holding 16 of its dims, interleaved (thread p owns dims p, p + TPR, ...) so that the threads
@@ -31,6 +34,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/row_reduce.cuh"
 #include "ops/random_transform.hpp"
@@ -378,12 +382,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Calls f.template operator()<T, DMAX>() for the operands' dtype and the smallest of 32, 64,
-// 128 that holds dim.
+// Calls f.template operator()<T, DMAX>() for the operands' dtype (f32, f64: bf16/f16 take
+// attention_mma.cu) and the smallest of 32, 64, 128 that holds dim.
 template <class F> int with_attention_types(DType dtype, int dim, F&& f) {
   int status = static_cast<int>(cudaErrorInvalidValue);
   dispatch(dtype, [&]<class T>(T*) {
-    if constexpr (is_floating<T>) {
+    if constexpr (std::is_floating_point_v<T>) {
       if (dim <= 32) status = f.template operator()<T, 32>();
       else if (dim <= 64) status = f.template operator()<T, 64>();
       else if (dim <= 128) status = f.template operator()<T, 128>();
@@ -415,6 +419,8 @@ bool fits(const Operand& q, const Operand& k, const Geometry& g) {
 int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
                       double scale, bool causal, const AttentionDropout& dropout, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (q.dtype == DType::bf16 || q.dtype == DType::f16)  // tensor cores (ops/cuda/attention_mma.cu)
+    return attention_forward_mma(out, lse, q, k, v, scale, causal, dropout, s);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
     constexpr int rows = kThreads / (DMAX / kDpt);
@@ -437,6 +443,8 @@ int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, 
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
                        bool causal, const AttentionDropout& dropout, void* workspace, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (q.dtype == DType::bf16 || q.dtype == DType::f16)
+    return attention_backward_mma(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, workspace, s);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
     constexpr int rows = kThreads / (DMAX / kDpt);

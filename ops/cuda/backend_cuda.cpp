@@ -67,6 +67,12 @@ void CudaBackend::random(const Operand& out, Distribution dist, std::uint64_t se
                                             stream->handle));
 }
 
+void CudaBackend::dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d) {
+  if (in.numel == 0) return;
+  DeviceGuard g(in.device);
+  BRRR_CUDA_CHECK(kernels::dropout(out, noise, in, d, current_stream(in.device)->handle));
+}
+
 Backend& cuda_backend() {
   static auto* b = new CudaBackend;  // never destroyed: tensors may outlive static destruction
   return *b;

@@ -1,6 +1,12 @@
-// Strided copy with dtype conversion: the kernel behind clone, contiguous, to(DType) and
-// copy_. Contiguous same-dtype copies go to cudaMemcpyAsync; contiguous converting copies
-// take a flat loop; everything else computes both offsets from the row-major index.
+// Strided copy with dtype conversion: the kernel behind clone, contiguous, to(DType), copy_ and
+// cat. Contiguous same-dtype copies go to cudaMemcpyAsync; contiguous converting copies take a
+// flat loop. Otherwise the dims contiguous in both operands are merged first; what is left as
+// rows (the last dim contiguous on both sides, e.g. cat along the last dim, a slice of columns,
+// one head's part of a projection) copies row by row, 16 bytes per thread where the row length,
+// the row strides and the pointers allow it; everything else computes both offsets from the
+// row-major index.
+#include <cstdint>
+
 #include "ops/cuda/common.cuh"
 
 namespace brrr::kernels {
@@ -11,6 +17,7 @@ template <class D, class S> __global__ void copy_contiguous(D* dst, const S* src
        i += std::int64_t(blockDim.x) * gridDim.x)
     dst[i] = narrow_to<D>(widen(src[i]));
 }
+
 template <class D, class S> __global__ void copy_strided(Operand dst, Operand src) {
   D* d = static_cast<D*>(dst.data);
   const S* s = static_cast<const S*>(src.data);
@@ -20,20 +27,97 @@ template <class D, class S> __global__ void copy_strided(Operand dst, Operand sr
     else d[offset_of(dst, i)] = narrow_to<D>(widen(s[offset_of(src, i)]));
   }
 }
+
+template <class T, int V> struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// [rows, cols] with row strides ds, ss (elements) and unit column strides; V elements per
+// thread (cols, ds, ss multiples of V and both pointers aligned to V elements).
+template <class D, class S, int V>
+__global__ void copy_rows(D* __restrict__ dst, const S* __restrict__ src, std::int64_t rows, std::int64_t cols,
+                          std::int64_t ds, std::int64_t ss) {
+  const std::int64_t per_row = cols / V, n = rows * per_row;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(blockDim.x) * gridDim.x) {
+    std::int64_t r, c;
+    if (n <= 0xffffffffll) {
+      const auto q = static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(per_row);
+      r = q;
+      c = (i - r * per_row) * V;
+    } else {
+      r = i / per_row;
+      c = (i - r * per_row) * V;
+    }
+    const auto in = *reinterpret_cast<const Pack<S, V>*>(src + r * ss + c);
+    Pack<D, V> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      if constexpr (std::is_same_v<D, S>) out.v[e] = in.v[e];
+      else out.v[e] = narrow_to<D>(widen(in.v[e]));
+    }
+    *reinterpret_cast<Pack<D, V>*>(dst + r * ds + c) = out;
+  }
+}
+
+// Launches copy_rows with the widest V (16 bytes of the wider type, down to 1) the geometry allows.
+template <class D, class S>
+void launch_rows(const Operand& dst, const Operand& src, std::int64_t rows, std::int64_t cols, std::int64_t ds,
+                 std::int64_t ss, cudaStream_t st) {
+  constexpr int widest = 16 / (sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S));
+  auto fits = [&](int v) {
+    return cols % v == 0 && ds % v == 0 && ss % v == 0 &&
+           reinterpret_cast<std::uintptr_t>(dst.data) % (sizeof(D) * v) == 0 &&
+           reinterpret_cast<std::uintptr_t>(src.data) % (sizeof(S) * v) == 0;
+  };
+  auto* d = static_cast<D*>(dst.data);
+  auto* s = static_cast<const S*>(src.data);
+  if constexpr (widest >= 8) {
+    if (fits(8)) {
+      copy_rows<D, S, 8><<<blocks_for(rows * cols / 8), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+      return;
+    }
+  }
+  if constexpr (widest >= 4) {
+    if (fits(4)) {
+      copy_rows<D, S, 4><<<blocks_for(rows * cols / 4), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+      return;
+    }
+  }
+  if constexpr (widest >= 2) {
+    if (fits(2)) {
+      copy_rows<D, S, 2><<<blocks_for(rows * cols / 2), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+      return;
+    }
+  }
+  copy_rows<D, S, 1><<<blocks_for(rows * cols), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+}
 }  // namespace
 
-int copy(const Operand& dst, const Operand& src, void* stream) {
+int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  bool contiguous = is_contiguous(dst) && is_contiguous(src);
-  if (contiguous && dst.dtype == src.dtype) {
+  bool contiguous = is_contiguous(dst_in) && is_contiguous(src_in);
+  if (contiguous && dst_in.dtype == src_in.dtype) {
     return static_cast<int>(
-        cudaMemcpyAsync(dst.data, src.data, dst.numel * itemsize(dst.dtype), cudaMemcpyDeviceToDevice, st));
+        cudaMemcpyAsync(dst_in.data, src_in.data, dst_in.numel * itemsize(dst_in.dtype), cudaMemcpyDeviceToDevice, st));
   }
+  Operand dst = dst_in, src = src_in;
+  if (!contiguous) {
+    Operand* ops[2] = {&dst, &src};
+    coalesce(ops);
+  }
+  // Rows: at most two dims left, the last with unit stride on both sides.
+  const bool rows = !contiguous && dst.ndim >= 1 && dst.ndim <= 2 && dst.strides[dst.ndim - 1] == 1 &&
+                    src.strides[src.ndim - 1] == 1;
   dispatch(dst.dtype, [&]<class D>(D*) {
     dispatch(src.dtype, [&]<class S>(S*) {
       if (contiguous)
         copy_contiguous<D, S><<<blocks_for(dst.numel), 256, 0, st>>>(static_cast<D*>(dst.data),
                                                                       static_cast<const S*>(src.data), dst.numel);
+      else if (rows && dst.ndim == 2)
+        launch_rows<D, S>(dst, src, dst.sizes[0], dst.sizes[1], dst.strides[0], src.strides[0], st);
+      else if (rows)
+        launch_rows<D, S>(dst, src, 1, dst.sizes[0], 0, 0, st);
       else
         copy_strided<D, S><<<blocks_for(dst.numel), 256, 0, st>>>(dst, src);
     });

@@ -11,35 +11,6 @@ namespace brrr::kernels {
 namespace {
 namespace ew = ::brrr::elementwise;
 
-// Merges dims that are contiguous in all operands; drops size-1 dims. Operands share sizes.
-template <int N> void coalesce(Operand* (&ops)[N]) {
-  Operand& s0 = *ops[0];
-  int nd = 0;
-  std::int64_t sizes[max_dims];
-  std::int64_t strides[N][max_dims];
-  for (int d = 0; d < s0.ndim; ++d) {
-    std::int64_t size = s0.sizes[d];
-    if (size == 1) continue;
-    bool merge = nd > 0;
-    for (int k = 0; k < N && merge; ++k) merge = strides[k][nd - 1] == ops[k]->strides[d] * size;
-    if (merge) {
-      sizes[nd - 1] *= size;
-      for (int k = 0; k < N; ++k) strides[k][nd - 1] = ops[k]->strides[d];
-    } else {
-      sizes[nd] = size;
-      for (int k = 0; k < N; ++k) strides[k][nd] = ops[k]->strides[d];
-      ++nd;
-    }
-  }
-  for (int k = 0; k < N; ++k) {
-    ops[k]->ndim = nd;
-    for (int d = 0; d < nd; ++d) {
-      ops[k]->sizes[d] = sizes[d];
-      ops[k]->strides[d] = strides[k][d];
-    }
-  }
-}
-
 template <int N> bool vectorizable(Operand* (&ops)[N]) {
   for (int k = 0; k < N; ++k) {
     const Operand& s = *ops[k];

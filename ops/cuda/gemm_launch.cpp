@@ -1,4 +1,6 @@
-// CudaBackend::gemm: one cublasGemmStridedBatchedEx call on the current stream.
+// CudaBackend::gemm: one cublasLtMatmul on the current stream, the epilogue (bias, bias
+// gradient) fused into it; cublasGemmStridedBatchedEx plus a separate kernel where Lt has no
+// kernel for the case.
 //
 // Row-major onto column-major. brrr's C[m, n] is row-major and contiguous; read as
 // column-major memory it is C^T, an [n, m] matrix with leading dimension n. Since
@@ -19,21 +21,48 @@
 // T needs ld >= m: exactly "the other stride at least the size it steps over", which the op
 // layer (ops/matmul.cpp) guarantees, copying otherwise. Strides of size-1 dims are
 // normalised here too. Batch strides pass through (0: the same matrix for every batch).
+// cuBLASLt describes the stored matrix (before op): [cols, rows] for N, [rows, cols] for T.
+//
+// Epilogues under that mapping (cuBLASLt's D is our C^T, [n, m]):
+//   * bias[j] added to C[i, j]: Lt's CUBLASLT_EPILOGUE_BIAS adds a vector of D's row count
+//     (n) to every column of D, i.e. to every row of C.
+//   * the sum over k of B ([n]): Lt's first operand is X = B, and CUBLASLT_EPILOGUE_BGRADA
+//     writes sum_k op(X)[j, k] = sum_k B[k, j], D's row count long.
+//   * the sum over k of A ([m]): Lt's second operand is Y = A, and CUBLASLT_EPILOGUE_BGRADB
+//     writes sum_k op(Y)[k, i] = sum_k A[i, k], D's column count long.
+//
+// Algorithms. The first time a case is seen, cublasLtMatmulAlgoGetHeuristic picks one
+// (heuristic #0) for its key: shapes, leading dimensions, batch strides, dtype, compute type,
+// epilogue and the alignment of every pointer (the heuristic assumes 256-byte aligned buffers
+// unless told otherwise, and reads the bias pointer's alignment from the pointer itself). The
+// matmul descriptor, the layouts and the algorithm are kept per device under that key, so a
+// steady-state step makes no heuristic query and creates no descriptor; only the bias pointer
+// is set per call. One key always runs one algorithm with one workspace size: the same bits
+// every run. A case Lt has no algorithm for (NOT_SUPPORTED, or no result) is remembered as
+// such: with an epilogue it runs Lt without one, then the epilogue as a separate kernel
+// (binary add, or reduce); without one, cublasGemmStridedBatchedEx. k == 0 and sizes past int
+// take cuBLAS's path too. The cache holds at most max_plans keys (cleared when full).
+// BRRR_GEMM_LOG=1 prints each new plan and whether Lt has a kernel for it.
 //
 // Compute types: f32 -> CUBLAS_COMPUTE_32F (CUBLAS_COMPUTE_32F_FAST_TF32 when allow_tf32),
 // f64 -> CUBLAS_COMPUTE_64F, bf16/f16 -> CUBLAS_COMPUTE_32F (f32 accumulation, f32 alpha and
-// beta). One cuBLAS handle per device, created on first use and never destroyed (destroying
-// it at exit can outlive the CUDA context); calls on it are serialised by a mutex, and each
-// call sets the current stream and a workspace of its own for that stream, allocated from
-// brrr's caching allocator on that stream (cublasSetStream resets the workspace, and one
-// workspace shared by two streams would race).
+// beta). One cuBLAS and one cuBLASLt handle per device, created on first use and never
+// destroyed (destroying them at exit can outlive the CUDA context); calls on them are
+// serialised by a mutex, and each call uses a workspace of its own for the current stream,
+// allocated from brrr's caching allocator on that stream (one workspace shared by two streams
+// would race); under capture, the graph's own (capture_blas_workspace).
 module;
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,11 +76,55 @@ namespace brrr::backend {
 
 namespace {
 
+// What decides a cuBLASLt plan (see the top): every field of the descriptors, plus alignments.
+using LtKey = std::array<std::int64_t, 17>;
+
+struct LtKeyHash {
+  std::size_t operator()(const LtKey& key) const noexcept {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (std::int64_t v : key) {
+      h ^= static_cast<std::uint64_t>(v);
+      h *= 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// The descriptors and the algorithm of one key; usable == false: Lt has no kernel for it.
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t x = nullptr, y = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool usable = false;
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {  // statuses ignored: nothing useful to do with them here
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (x) cublasLtMatrixLayoutDestroy(x);
+    if (y) cublasLtMatrixLayoutDestroy(y);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+constexpr std::size_t max_plans = 4096;
+
+// BRRR_GEMM_LOG=1: one line on stderr per new plan (its key, and whether Lt has a kernel).
+bool log_plans() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRRR_GEMM_LOG");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
 struct DeviceBlas {
   std::mutex mutex;
   cublasHandle_t handle = nullptr;
+  cublasLtHandle_t lt = nullptr;
   std::size_t workspace_bytes = 0;
   std::unordered_map<void*, Storage> workspaces;  // by cudaStream_t
+  std::unordered_map<LtKey, std::unique_ptr<LtPlan>, LtKeyHash> plans;
 };
 
 DeviceBlas& device_blas(int device) {
@@ -81,14 +154,233 @@ BlasOperand blas_operand(const char* name, std::int64_t rows, std::int64_t cols,
 
 bool fits_int(std::int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+// The largest power of two (at most 256) dividing the address of every batch's matrix (the
+// address and the batch stride in bytes): what the heuristic may assume of that operand.
+std::int64_t alignment(const void* p, std::int64_t batch = 1, std::int64_t batch_stride_bytes = 0) {
+  std::uint64_t bits = reinterpret_cast<std::uintptr_t>(p);
+  if (batch > 1) bits |= static_cast<std::uint64_t>(batch_stride_bytes);
+  if (bits == 0) return 256;
+  return std::min<std::int64_t>(256, static_cast<std::int64_t>(bits & (~bits + 1)));
+}
+
 // Called with blas.mutex held.
 void ensure_handle(DeviceBlas& blas, int device) {
   if (blas.handle) return;
   BRRR_CUBLAS_CHECK(cublasCreate(&blas.handle));
+  BRRR_CUBLAS_CHECK(cublasLtCreate(&blas.lt));
   int major = 0;
   BRRR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before.
   blas.workspace_bytes = (major >= 9 ? 32u : 4u) << 20;
+}
+
+// The workspace of this call's stream (called with blas.mutex held).
+void* workspace_for(DeviceBlas& blas, int device, const StreamPtr& stream) {
+  if (capture_underway(device)) {
+    // Under CUDA graph capture: a workspace of the graph's own (cuBLAS must not allocate
+    // while capturing, and a replay on another stream must not share eager work's one).
+    return capture_blas_workspace(device, *stream, blas.workspace_bytes);
+  }
+  auto ws = blas.workspaces.find(stream->handle);
+  if (ws == blas.workspaces.end())
+    ws = blas.workspaces.emplace(stream->handle, allocate_device(blas.workspace_bytes, device, stream)).first;
+  return ws->second.data();
+}
+
+// One GEMM's types (see the top).
+struct GemmTypes {
+  cudaDataType type = CUDA_R_32F, scale = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+};
+
+GemmTypes gemm_types(const GemmArgs& g) {
+  switch (g.dtype) {
+    case DType::f32:
+      return {CUDA_R_32F, CUDA_R_32F, g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case DType::f64: return {CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case DType::bf16: return {CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case DType::f16: return {CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case DType::i32: case DType::i64: case DType::boolean: break;
+  }
+  throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(g.dtype));
+}
+
+// Everything of one call that the Lt and cuBLAS paths share.
+struct Call {
+  const GemmArgs& g;
+  GemmTypes types;
+  BlasOperand x, y;  // X over B's memory, Y over A's memory
+  const void* alpha;
+  const void* beta;
+};
+
+// cuBLASLt's stored [rows, cols] of an operand over our [R, C] matrix (see the top).
+cublasLtMatrixLayout_t lt_layout(cudaDataType type, const BlasOperand& o, std::int64_t R, std::int64_t C,
+                                 std::int64_t batch, std::int64_t batch_stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  const bool n = o.op == CUBLAS_OP_N;
+  BRRR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<std::uint64_t>(n ? C : R),
+                                               static_cast<std::uint64_t>(n ? R : C), o.ld));
+  if (batch > 1) {
+    const int count = static_cast<int>(batch);
+    BRRR_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    BRRR_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                       &batch_stride, sizeof(batch_stride)));
+  }
+  return layout;
+}
+
+// The plan of `key`, made (descriptors + heuristic query) on first use. `vector` is the
+// epilogue's bias or bias-gradient pointer (nullptr for none). Called with blas.mutex held.
+LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, const void* vector) {
+  const GemmArgs& g = call.g;
+  const std::int64_t size = static_cast<std::int64_t>(itemsize(g.dtype));
+  const LtKey key = {static_cast<std::int64_t>(g.dtype),
+                     static_cast<std::int64_t>(call.types.compute),
+                     static_cast<std::int64_t>(call.x.op),
+                     static_cast<std::int64_t>(call.y.op),
+                     g.m,
+                     g.n,
+                     g.k,
+                     call.x.ld,
+                     call.y.ld,
+                     g.batch,
+                     g.b_batch_stride,
+                     g.a_batch_stride,
+                     static_cast<std::int64_t>(epilogue),
+                     alignment(g.b, g.batch, g.b_batch_stride * size),
+                     alignment(g.a, g.batch, g.a_batch_stride * size),
+                     alignment(g.c, g.batch, g.m * g.n * size),
+                     alignment(vector)};
+  auto found = blas.plans.find(key);
+  if (found != blas.plans.end()) return *found->second;
+  if (blas.plans.size() >= max_plans) blas.plans.clear();  // descriptors are host-side: safe to drop
+  auto plan = std::make_unique<LtPlan>();
+  const GemmTypes& t = call.types;
+  BRRR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, t.compute, t.scale));
+  BRRR_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &call.x.op, sizeof(call.x.op)));
+  BRRR_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &call.y.op, sizeof(call.y.op)));
+  BRRR_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    const std::int32_t bias_type = t.type;
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                     sizeof(bias_type)));
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
+                                                     sizeof(vector)));
+  }
+  plan->x = lt_layout(t.type, call.x, g.k, g.n, g.batch, g.b_batch_stride);
+  plan->y = lt_layout(t.type, call.y, g.m, g.k, g.batch, g.a_batch_stride);
+  plan->c = lt_layout(t.type, BlasOperand{CUBLAS_OP_N, g.n}, g.m, g.n, g.batch, g.m * g.n);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  struct PreferenceGuard {
+    cublasLtMatmulPreference_t p;
+    ~PreferenceGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } preference_guard{preference};
+  const std::uint64_t workspace = blas.workspace_bytes;
+  BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace, sizeof(workspace)));
+  const std::uint32_t align_x = static_cast<std::uint32_t>(key[13]), align_y = static_cast<std::uint32_t>(key[14]),
+                      align_c = static_cast<std::uint32_t>(key[15]);
+  BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                         &align_x, sizeof(align_x)));
+  BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         &align_y, sizeof(align_y)));
+  BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                         &align_c, sizeof(align_c)));
+  BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                         &align_c, sizeof(align_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(blas.lt, plan->desc, plan->x, plan->y, plan->c,
+                                                               plan->c, preference, 1, &result, &count);
+  if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan->algo = result.algo;
+    plan->usable = true;
+  } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED &&
+             status != CUBLAS_STATUS_INVALID_VALUE && status != CUBLAS_STATUS_ARCH_MISMATCH) {
+    BRRR_CUBLAS_CHECK(status);  // a real error, not "no kernel for this case"
+  }
+  if (log_plans()) {
+    std::fprintf(stderr,
+                 "brrr gemm plan: %s compute %d, C [%lld, %lld], k %lld, batch %lld, A %s ld %lld, B %s ld %lld, "
+                 "epilogue %d, alignment A/B/C/vector %lld/%lld/%lld/%lld -> %s (status %d, %d results)\n",
+                 to_string(g.dtype), static_cast<int>(t.compute), static_cast<long long>(g.m),
+                 static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.batch),
+                 call.y.op == CUBLAS_OP_N ? "N" : "T", static_cast<long long>(call.y.ld),
+                 call.x.op == CUBLAS_OP_N ? "N" : "T", static_cast<long long>(call.x.ld), static_cast<int>(epilogue),
+                 static_cast<long long>(key[14]), static_cast<long long>(key[13]), static_cast<long long>(key[15]),
+                 static_cast<long long>(key[16]), plan->usable ? "cuBLASLt" : "no Lt kernel", static_cast<int>(status),
+                 count);
+  }
+  return *blas.plans.emplace(key, std::move(plan)).first->second;
+}
+
+// C (and the epilogue) by cuBLASLt; false when Lt has no kernel for the case (nothing enqueued).
+// Called with blas.mutex held.
+bool lt_matmul(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, const void* vector,
+               void* workspace, cudaStream_t stream) {
+  LtPlan& plan = lt_plan(blas, call, epilogue, vector);
+  if (!plan.usable) return false;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
+                                                     sizeof(vector)));
+  const GemmArgs& g = call.g;
+  const cublasStatus_t status =
+      cublasLtMatmul(blas.lt, plan.desc, call.alpha, g.b, plan.x, g.a, plan.y, call.beta, g.c, plan.c, g.c, plan.c,
+                     &plan.algo, workspace, blas.workspace_bytes, stream);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching: cuBLAS's path instead
+    plan.usable = false;
+    return false;
+  }
+  BRRR_CUBLAS_CHECK(status);
+  return true;
+}
+
+// C by cublasGemmStridedBatchedEx (k == 0 included: C = beta C). Called with blas.mutex held.
+void blas_gemm(DeviceBlas& blas, const Call& call, void* workspace, cudaStream_t stream) {
+  const GemmArgs& g = call.g;
+  BRRR_CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
+  BRRR_CUBLAS_CHECK(cublasSetWorkspace(blas.handle, workspace, blas.workspace_bytes));
+  const std::int64_t ldc = g.n;
+  const long long stride_x = g.b_batch_stride, stride_y = g.a_batch_stride, stride_c = g.m * g.n;
+  const cudaDataType type = call.types.type;
+  const bool small = fits_int(g.n) && fits_int(g.m) && fits_int(g.k) && fits_int(call.x.ld) &&
+                     fits_int(call.y.ld) && fits_int(ldc) && fits_int(g.batch);
+  if (small) {
+    BRRR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        blas.handle, call.x.op, call.y.op, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k),
+        call.alpha, g.b, type, static_cast<int>(call.x.ld), stride_x, g.a, type, static_cast<int>(call.y.ld),
+        stride_y, call.beta, g.c, type, static_cast<int>(ldc), stride_c, static_cast<int>(g.batch),
+        call.types.compute, CUBLAS_GEMM_DEFAULT));
+  } else {  // the 64-bit API for sizes past INT_MAX
+    BRRR_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, call.x.op, call.y.op, g.n, g.m, g.k, call.alpha,
+                                                    g.b, type, call.x.ld, stride_x, g.a, type, call.y.ld, stride_y,
+                                                    call.beta, g.c, type, ldc, stride_c, g.batch,
+                                                    call.types.compute, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+// A strided operand over device memory for the separate epilogue kernels.
+Operand operand(void* data, DType dtype, int device, std::initializer_list<std::int64_t> sizes,
+                std::initializer_list<std::int64_t> strides) {
+  Operand o;
+  o.data = data;
+  o.dtype = dtype;
+  o.device = device;
+  o.ndim = static_cast<int>(sizes.size());
+  o.numel = 1;
+  int d = 0;
+  for (std::int64_t s : sizes) o.sizes[d++] = s, o.numel *= s;
+  d = 0;
+  for (std::int64_t s : strides) o.strides[d++] = s;
+  o.op = "gemm";
+  return o;
 }
 
 }  // namespace
@@ -101,73 +393,79 @@ void blas_prepare(int device) {
 }
 
 void CudaBackend::gemm(const GemmArgs& g) {
-  if (g.batch <= 0 || g.m <= 0 || g.n <= 0) return;
-  cudaDataType type = CUDA_R_32F;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  if (g.bias != nullptr && g.bias_grad != nullptr)
+    throw Error(ErrorKind::value, "gemm: a bias and a bias gradient cannot be asked of one product");
+  if ((g.bias != nullptr || g.bias_grad != nullptr) && g.batch != 1)
+    throw Error(ErrorKind::value, "gemm: the bias epilogues need batch 1, got " + std::to_string(g.batch));
+  if (g.bias_grad != nullptr && g.alpha != 1)
+    throw Error(ErrorKind::value, "gemm: the bias-gradient epilogue needs alpha 1, got " + std::to_string(g.alpha));
+  const bool product = g.batch > 0 && g.m > 0 && g.n > 0;
+  if (!product && g.bias_grad == nullptr) return;
+  const GemmTypes types = gemm_types(g);
   float alpha32 = static_cast<float>(g.alpha), beta32 = static_cast<float>(g.beta);
   double alpha64 = g.alpha, beta64 = g.beta;
-  const void* alpha = &alpha32;
-  const void* beta = &beta32;
-  switch (g.dtype) {
-    case DType::f32:
-      type = CUDA_R_32F;
-      compute = g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      break;
-    case DType::f64:
-      type = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      alpha = &alpha64;
-      beta = &beta64;
-      break;
-    case DType::bf16: type = CUDA_R_16BF; break;
-    case DType::f16: type = CUDA_R_16F; break;
-    case DType::i32: case DType::i64: case DType::boolean:
-      throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(g.dtype));
-  }
+  const bool f64 = g.dtype == DType::f64;
 
   DeviceGuard device_guard(g.device);
   StreamPtr stream = current_stream(g.device);
   auto raw_stream = static_cast<cudaStream_t>(stream->handle);
 
-  if (g.k == 0 && g.beta == 0) {  // an empty sum: C = 0 (all-zero bits in every float type)
-    BRRR_CUDA_CHECK(cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * itemsize(g.dtype), raw_stream));
-    return;
+  bool epilogue_done = false;
+  if (product) {
+    if (g.k == 0 && g.beta == 0) {  // an empty sum: C = 0 (all-zero bits in every float type)
+      BRRR_CUDA_CHECK(
+          cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * itemsize(g.dtype), raw_stream));
+    } else {
+      // X over B's memory ([k, n]), Y over A's memory ([m, k]): C^T = op(X) op(Y).
+      const Call call{g,
+                      types,
+                      blas_operand("b", g.k, g.n, g.b_row_stride, g.b_col_stride),
+                      blas_operand("a", g.m, g.k, g.a_row_stride, g.a_col_stride),
+                      f64 ? static_cast<const void*>(&alpha64) : &alpha32,
+                      f64 ? static_cast<const void*>(&beta64) : &beta32};
+      DeviceBlas& blas = device_blas(g.device);
+      std::lock_guard lock(blas.mutex);
+      ensure_handle(blas, g.device);
+      void* workspace = workspace_for(blas, g.device, stream);
+      const bool lt_sizes = g.k > 0 && fits_int(g.batch) && fits_int(g.m) && fits_int(g.n) && fits_int(g.k);
+      cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      const void* vector = nullptr;
+      if (g.bias != nullptr) {
+        epilogue = CUBLASLT_EPILOGUE_BIAS;
+        vector = g.bias;
+      } else if (g.bias_grad != nullptr) {
+        epilogue = g.bias_grad_of == GemmOperand::b ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
+        vector = g.bias_grad;
+      }
+      if (lt_sizes && epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        epilogue_done = lt_matmul(blas, call, epilogue, vector, workspace, raw_stream);
+      if (!epilogue_done && !(lt_sizes && lt_matmul(blas, call, CUBLASLT_EPILOGUE_DEFAULT, nullptr, workspace,
+                                                    raw_stream)))
+        blas_gemm(blas, call, workspace, raw_stream);
+    }
   }
+  if (epilogue_done) return;
 
-  // X over B's memory ([k, n]), Y over A's memory ([m, k]): C^T = op(X) op(Y).
-  BlasOperand x = blas_operand("b", g.k, g.n, g.b_row_stride, g.b_col_stride);
-  BlasOperand y = blas_operand("a", g.m, g.k, g.a_row_stride, g.a_col_stride);
-  std::int64_t ldc = g.n;
-  long long stride_x = g.b_batch_stride, stride_y = g.a_batch_stride, stride_c = g.m * g.n;
-
-  DeviceBlas& blas = device_blas(g.device);
-  std::lock_guard lock(blas.mutex);
-  ensure_handle(blas, g.device);
-  BRRR_CUBLAS_CHECK(cublasSetStream(blas.handle, raw_stream));
-  void* workspace = nullptr;
-  if (capture_underway(g.device)) {
-    // Under CUDA graph capture: a workspace of the graph's own (cuBLAS must not allocate
-    // while capturing, and a replay on another stream must not share eager work's one).
-    workspace = capture_blas_workspace(g.device, *stream, blas.workspace_bytes);
-  } else {
-    auto ws = blas.workspaces.find(stream->handle);
-    if (ws == blas.workspaces.end())
-      ws = blas.workspaces.emplace(stream->handle, allocate_device(blas.workspace_bytes, g.device, stream)).first;
-    workspace = ws->second.data();
+  // The epilogue as a kernel of its own (Lt had none for the case, or there was no product).
+  if (g.bias != nullptr) {  // C += bias, in place: [m, n] plus a row broadcast
+    const Operand out = operand(g.c, g.dtype, g.device, {g.m, g.n}, {g.n, 1});
+    const Operand row = operand(const_cast<void*>(g.bias), g.dtype, g.device, {g.m, g.n}, {0, 1});
+    binary(BinaryOp::add, out, out, row);
   }
-  BRRR_CUBLAS_CHECK(cublasSetWorkspace(blas.handle, workspace, blas.workspace_bytes));
-
-  bool small = fits_int(g.n) && fits_int(g.m) && fits_int(g.k) && fits_int(x.ld) && fits_int(y.ld) &&
-               fits_int(ldc) && fits_int(g.batch);
-  if (small) {
-    BRRR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        blas.handle, x.op, y.op, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), alpha, g.b,
-        type, static_cast<int>(x.ld), stride_x, g.a, type, static_cast<int>(y.ld), stride_y, beta, g.c, type,
-        static_cast<int>(ldc), stride_c, static_cast<int>(g.batch), compute, CUBLAS_GEMM_DEFAULT));
-  } else {  // the 64-bit API for sizes past INT_MAX
-    BRRR_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, x.op, y.op, g.n, g.m, g.k, alpha, g.b, type, x.ld,
-                                                    stride_x, g.a, type, y.ld, stride_y, beta, g.c, type, ldc,
-                                                    stride_c, g.batch, compute, CUBLAS_GEMM_DEFAULT));
+  if (g.bias_grad != nullptr) {
+    const bool of_b = g.bias_grad_of == GemmOperand::b;
+    const std::int64_t len = of_b ? g.n : g.m;
+    if (len <= 0) return;
+    const Operand dst = operand(g.bias_grad, g.dtype, g.device, {len}, {1});
+    if (g.k == 0) return fill(dst, 0.0);
+    // reduce accumulates bf16/f16 in f32 and rounds once into an output of their dtype.
+    if (of_b) {  // B [k, n] summed over dim 0
+      const Operand in = operand(const_cast<void*>(g.b), g.dtype, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride});
+      reduce(ReduceOp::sum, operand(g.bias_grad, g.dtype, g.device, {1, g.n}, {g.n, 1}), in, 1u, nullptr);
+    } else {  // A [m, k] summed over dim 1
+      const Operand in = operand(const_cast<void*>(g.a), g.dtype, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride});
+      reduce(ReduceOp::sum, operand(g.bias_grad, g.dtype, g.device, {g.m, 1}, {1, 1}), in, 2u, nullptr);
+    }
   }
 }
 

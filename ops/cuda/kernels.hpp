@@ -13,6 +13,7 @@ namespace brrr::kernels {
 using backend::AttentionDropout;
 using backend::BinaryOp;
 using backend::Distribution;
+using backend::MultiTensor;
 using backend::Operand;
 using backend::OptimizerStep;
 using backend::ReduceOp;
@@ -27,6 +28,9 @@ int fill(const Operand& out, double value, void* stream);
 int copy(const Operand& dst, const Operand& src, void* stream);
 /// out (contiguous)[i] = start + i * step.
 int arange(const Operand& out, double start, double step, void* stream);
+/// The contract's dropout (ops/cuda/random.cu): contiguous out, noise and in of one floating
+/// dtype; the Philox words computed in the kernel (graph-capturable through d.seed_offset).
+int dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d, void* stream);
 /// Turns Philox words into values (ops/random_transform.hpp); integers in [low, high). out
 /// is contiguous.
 int random_transform(const Operand& out, const std::uint32_t* words, Distribution dist, std::int64_t low,
@@ -108,7 +112,7 @@ int scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& ind
 
 }  // namespace brrr::kernels
 
-// ---- Row ops: softmax, log_softmax, layer_norm (ops/cuda/rows.cu) ----------------------
+// ---- Row ops: softmax, log_softmax, layer_norm (ops/cuda/rows.cu, layer_norm_backward.cu) --
 
 namespace brrr::kernels {
 
@@ -124,21 +128,36 @@ int softmax_rows(void* out, const void* in, DType dtype, std::int64_t rows, std:
 /// nullptr. Returns a cudaError_t as int.
 int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const void* weight, const void* bias,
                     DType dtype, std::int64_t rows, std::int64_t cols, double eps, void* stream);
+/// Device workspace (bytes) of layer_norm_backward's column sums for [rows, cols] of `dtype`.
+std::size_t layer_norm_backward_workspace_bytes(DType dtype, std::int64_t rows, std::int64_t cols);
+/// The contract's layer_norm_backward (ops/cuda/layer_norm_backward.cu): dx ([rows, cols], x's
+/// dtype), dweight and dbias ([cols], f32; f64 for f64) may each be nullptr; weight ([cols], f32;
+/// f64 for f64) may be nullptr; `workspace` holds layer_norm_backward_workspace_bytes (unused
+/// when neither dweight nor dbias is wanted). Two or three launches, no atomics.
+int layer_norm_backward(void* dx, void* dweight, void* dbias, const void* dy, const void* x, const void* mean,
+                        const void* rstd, const void* weight, DType dtype, std::int64_t rows, std::int64_t cols,
+                        void* workspace, void* stream);
 
 // ---- Batch norm over contiguous [N, C, M] (ops/cuda/batch_norm.cu) ----
 // Statistics (mean, invstd, sum_dy, sum_dy_xmu: [C]) are f32 for f32/bf16/f16 data and f64
 // for f64; weight/bias/running stats may be nullptr. Formulas as the contract's kernels.
 
-/// mean[c], invstd[c] = 1/sqrt(var + eps) (biased two-pass variance); running stats updated
-/// with `momentum` (unbiased variance) when given.
+/// Device workspace (bytes) of batch_norm_stats and batch_norm_backward_reduce over [n, c, m]
+/// (the per-block partial results; each channel is split over several blocks).
+std::size_t batch_norm_workspace_bytes(DType dtype, std::int64_t n, std::int64_t c, std::int64_t m);
+/// mean[c], invstd[c] = 1/sqrt(var + eps) (biased variance: Welford per thread, Chan et al.'s
+/// combination across threads and blocks in a fixed order); running stats updated with
+/// `momentum` (unbiased variance) when given.
 int batch_norm_stats(void* mean, void* invstd, const void* in, DType dtype, std::int64_t n, std::int64_t c,
-                     std::int64_t m, double eps, void* running_mean, void* running_var, double momentum, void* stream);
+                     std::int64_t m, double eps, void* running_mean, void* running_var, double momentum,
+                     void* workspace, void* stream);
 /// out = (in - mean[c]) invstd[c] weight[c] + bias[c].
 int batch_norm_elemt(void* out, const void* in, const void* mean, const void* invstd, const void* weight,
                      const void* bias, DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
 /// sum_dy[c] = sum grad, sum_dy_xmu[c] = sum grad (in - mean[c]).
 int batch_norm_backward_reduce(void* sum_dy, void* sum_dy_xmu, const void* grad, const void* in, const void* mean,
-                               DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* stream);
+                               DType dtype, std::int64_t n, std::int64_t c, std::int64_t m, void* workspace,
+                               void* stream);
 /// grad_in = (grad - sum_dy/count - (in - mean) invstd^2 sum_dy_xmu/count) invstd weight.
 int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, const void* mean, const void* invstd,
                               const void* weight, const void* sum_dy, const void* sum_dy_xmu, DType dtype,
@@ -191,6 +210,14 @@ namespace brrr::kernels {
 /// returning. One multi-tensor launch per 48 tensors on `stream`; arithmetic in f32 (f64 for
 /// f64). Returns a cudaError_t as int (cudaErrorInvalidValue for an integer dtype).
 int optimizer_step(const OptimizerStep& step, void* stream);
+/// Device workspace (bytes) of multi_tensor_norm over `tensors`.
+std::size_t multi_tensor_norm_workspace_bytes(const MultiTensor& tensors);
+/// The contract's multi_tensor_norm (ops/cuda/multi_tensor.cu): `out` f32 [count]; two launches
+/// per 64 tensors, no atomics.
+int multi_tensor_norm(void* out, const MultiTensor& tensors, double norm_type, void* workspace, void* stream);
+/// The contract's multi_tensor_scale: `scale` one value of the accumulation dtype in device
+/// memory; one launch per 64 tensors.
+int multi_tensor_scale(const MultiTensor& tensors, const void* scale, void* stream);
 /// Bytes of the device copy of an optimizer step's derived coefficients, and an enqueued
 /// write of the coefficients of `step` (computed on the host as optimizer_step does) to `dst`.
 /// A step whose device_coeffs points there reads them at run time (captured graphs).
@@ -199,7 +226,7 @@ int optimizer_write_coeffs(const OptimizerStep& step, void* dst, void* stream);
 
 }  // namespace brrr::kernels
 
-// ---- Scans, sort, searchsorted (ops/cuda/sort_scan.cu) -----------------------------------
+// ---- Scans, sort, searchsorted (ops/cuda/sort_scan.cu), topk (ops/cuda/topk.cu) ---------
 
 namespace brrr::kernels {
 
@@ -214,6 +241,11 @@ std::size_t sort_workspace_bytes(const Operand& in, bool descending);
 /// The contract's sort: stable, NaN largest, contiguous [rows, n] along the last dim.
 int sort(const Operand& values, const Operand& indices, const Operand& in, bool descending, void* workspace,
          std::size_t bytes, void* stream);
+/// Device workspace (bytes) of topk() (host-only arithmetic and CUB size queries).
+std::size_t topk_workspace_bytes(const Operand& in, std::int64_t k, bool largest);
+/// The contract's topk (1 <= k <= n): contiguous [rows, n] `in`, [rows, k] values and indices.
+int topk(const Operand& values, const Operand& indices, const Operand& in, std::int64_t k, bool largest,
+         void* workspace, std::size_t bytes, void* stream);
 /// The contract's searchsorted.
 int searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right, void* stream);
 
@@ -231,7 +263,8 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
                       double scale, bool causal, const AttentionDropout& dropout, void* stream);
 /// Device workspace (bytes) of attention_backward: one accumulator per query row.
 std::size_t attention_backward_workspace_bytes(const Operand& q);
-/// The contract's attention_backward (three launches: delta, dq, dk/dv; no atomics).
+/// The contract's attention_backward (f32/f64: three launches, delta, dq, dk/dv; bf16/f16: two
+/// tensor-core launches, dq with delta in its prologue, then dk/dv; no atomics).
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
                        bool causal, const AttentionDropout& dropout, void* workspace, void* stream);

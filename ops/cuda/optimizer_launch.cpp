@@ -1,6 +1,8 @@
 // CudaBackend::optimizer_step: hands one (device, dtype) group of parameters to the
 // multi-tensor kernel of ops/cuda/optimizer.cu (one launch per 48 tensors on the current
-// stream of the device) and checks the launch status. Nothing here waits for the device.
+// stream of the device) and checks the launch status; multi_tensor_norm/scale likewise
+// (ops/cuda/multi_tensor.cu, the norm's workspace from the caching allocator on that
+// stream). Nothing here waits for the device.
 module;
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +38,20 @@ void CudaBackend::optimizer_step(const OptimizerStep& s) {
   if (count == 0) return;
   DeviceGuard g(s.device);
   BRRR_CUDA_CHECK(kernels::optimizer_step(s, current_stream(s.device)->handle));
+}
+
+void CudaBackend::multi_tensor_norm(const Operand& out, const MultiTensor& tensors, double norm_type) {
+  if (tensors.data.empty()) return;
+  DeviceGuard g(out.device);
+  StreamPtr stream = current_stream(out.device);
+  Storage workspace = allocate_device(kernels::multi_tensor_norm_workspace_bytes(tensors), out.device, stream);
+  BRRR_CUDA_CHECK(kernels::multi_tensor_norm(out.data, tensors, norm_type, workspace.data(), stream->handle));
+}
+
+void CudaBackend::multi_tensor_scale(const MultiTensor& tensors, const Operand& scale) {
+  if (tensors.data.empty()) return;
+  DeviceGuard g(scale.device);
+  BRRR_CUDA_CHECK(kernels::multi_tensor_scale(tensors, scale.data, current_stream(scale.device)->handle));
 }
 
 std::size_t optimizer_coeffs_bytes() { return kernels::optimizer_coeffs_bytes(); }

@@ -1,4 +1,7 @@
-// Philox words -> values, with the same transform as the CPU backend.
+// Philox words -> values, with the same transform as the CPU backend; and the fused
+// dropout, which draws its own words.
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
 #include "ops/random_transform.hpp"
 
@@ -62,6 +65,41 @@ template <class T> __global__ void transform_capturable(T* out, const std::uint6
   }
 }
 
+// Dropout: each thread draws one Philox block (4 words: 4 f32-uniform elements, or 2 f64
+// ones) when the offset is block-aligned (it always is: draws advance by whole blocks), else
+// word by word. keep = the dtype's 1 / (1 - p).
+template <class T>
+__global__ void dropout_kernel(T* __restrict__ out, T* __restrict__ noise, const T* __restrict__ in, std::int64_t n,
+                               AttentionDropout d, T keep) {
+  std::uint64_t seed = d.seed, offset = d.offset;
+  if (d.seed_offset) seed = d.seed_offset[0], offset = d.seed_offset[1] + d.offset;
+  constexpr int per = std::is_same_v<T, double> ? 2 : 4;  // elements per block of 4 words
+  const float p32 = static_cast<float>(d.p);
+  const std::int64_t groups = (n + per - 1) / per;
+  for (std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; j < groups;
+       j += std::int64_t(blockDim.x) * gridDim.x) {
+    std::uint32_t c[4];
+    const std::uint64_t w0 = offset + 4 * static_cast<std::uint64_t>(j);
+    if (w0 % 4 == 0) {
+      rt::philox_block(seed, w0 / 4, c);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) c[r] = rt::philox_word(seed, w0 + r);
+    }
+#pragma unroll
+    for (int r = 0; r < per; ++r) {
+      const std::int64_t e = j * per + r;
+      if (e >= n) break;
+      bool kept;
+      if constexpr (std::is_same_v<T, double>) kept = rt::uniform53(c[2 * r], c[2 * r + 1]) >= d.p;
+      else kept = rt::uniform_bits(c[r], 24) >= p32;
+      const T z = kept ? keep : narrow_to<T>(0.0);
+      noise[e] = z;
+      out[e] = narrow_to<T>(load(in[e]) * load(z));
+    }
+  }
+}
+
 __global__ void store_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b) {
   dst[0] = a;
   dst[1] = b;
@@ -76,6 +114,21 @@ int random_capturable(const Operand& out, const std::uint64_t* seed_offset, std:
                                                                    low, high, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
+}
+
+int dropout(const Operand& out, const Operand& noise, const Operand& in, const AttentionDropout& d, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  int status = static_cast<int>(cudaErrorInvalidValue);
+  dispatch(in.dtype, [&]<class T>(T*) {
+    if constexpr (is_floating<T>) {
+      const std::int64_t groups = (in.numel + 3) / 4;
+      dropout_kernel<T><<<blocks_for(groups), 256, 0, s>>>(static_cast<T*>(out.data), static_cast<T*>(noise.data),
+                                                           static_cast<const T*>(in.data), in.numel, d,
+                                                           narrow_to<T>(1.0 / (1.0 - d.p)));
+      status = static_cast<int>(cudaGetLastError());
+    }
+  });
+  return status;
 }
 
 int store_u64_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b, void* stream) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/cuda/common.cuh"
 
@@ -52,6 +53,19 @@ template <class A, bool IsMax> __device__ __forceinline__ A block_reduce(A v, A*
   }
   __syncthreads();
   return shared[32];
+}
+
+// Calls f(std::integral_constant<int, N>) for N = n among 1, 2, 4, 8, 16, else 32: the
+// elements per lane of the warp-per-row kernels (softmax, layer_norm's backward).
+template <class F> void with_pow2_upto32(int n, F&& f) {
+  switch (n) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    default: f(std::integral_constant<int, 32>{}); break;
+  }
 }
 
 }  // namespace

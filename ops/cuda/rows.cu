@@ -419,25 +419,13 @@ template <class T, class F> void with_vpt(int vpt, F&& f) {
   }
 }
 
-// Calls f(std::integral_constant<int, N>) for the warp kernel's elements per lane.
-template <class F> void with_warp_elems(std::int64_t cols, F&& f) {
-  switch (warp_elems(cols)) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 8: f(std::integral_constant<int, 8>{}); break;
-    case 16: f(std::integral_constant<int, 16>{}); break;
-    default: f(std::integral_constant<int, 32>{}); break;
-  }
-}
-
 template <class T>
 int softmax_typed(T* out, const T* in, std::int64_t rows, std::int64_t cols, bool log, cudaStream_t st) {
   if (cols <= warp_kernel_max_cols) {
     const int rows_per_block = warp_kernel_threads / 32;
     const unsigned grid = grid_for((rows + rows_per_block - 1) / rows_per_block);
     const int c = static_cast<int>(cols);
-    with_warp_elems(cols, [&](auto n) {
+    with_pow2_upto32(warp_elems(cols), [&](auto n) {
       softmax_warp<T, decltype(n)::value><<<grid, warp_kernel_threads, 0, st>>>(out, in, rows, c, log);
     });
     return static_cast<int>(cudaGetLastError());
@@ -463,7 +451,7 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
     const int rows_per_block = warp_kernel_threads / 32;
     const unsigned grid = grid_for((rows + rows_per_block - 1) / rows_per_block);
     const int c = static_cast<int>(cols);
-    with_warp_elems(cols, [&](auto n) {
+    with_pow2_upto32(warp_elems(cols), [&](auto n) {
       layer_norm_warp<T, decltype(n)::value><<<grid, warp_kernel_threads, 0, st>>>(out, mean, rstd, in, w, b, rows, c,
                                                                                     eps);
     });

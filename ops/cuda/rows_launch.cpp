@@ -1,6 +1,8 @@
-// CudaBackend's row ops (softmax, layer_norm): launch ops/cuda/rows.cu on the current
-// stream of the operands' device and check the launch status. Never waits for the device.
+// CudaBackend's row ops (softmax, layer_norm; layer_norm's backward is ops/cuda/
+// layer_norm_backward.cu): launch the kernels on the current stream of the operands' device
+// and check the launch status. Never waits for the device.
 module;
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -42,6 +44,26 @@ void CudaBackend::layer_norm(const Operand& out, const Operand& mean, const Oper
   BRRR_CUDA_CHECK(kernels::layer_norm_rows(out.data, mean.data, rstd.data, in.data, weight ? weight->data : nullptr,
                                            bias ? bias->data : nullptr, in.dtype,
                                            rc.rows, rc.cols, eps, current_stream(out.device)->handle));
+}
+
+void CudaBackend::layer_norm_backward(const Operand* dx, const Operand* dweight, const Operand* dbias,
+                                      const Operand& grad, const Operand& in, const Operand& mean,
+                                      const Operand& rstd, const Operand* weight) {
+  RowsCols rc = rows_cols(in);
+  if (rc.rows == 0) return;
+  DeviceGuard g(in.device);
+  StreamPtr stream = current_stream(in.device);
+  // The partial column sums of dweight/dbias: a workspace from the caching allocator on this
+  // stream (freed back to it once this launch's work is queued, as the stream orders reuse).
+  Storage workspace;
+  if (dweight || dbias) {
+    const std::size_t bytes = kernels::layer_norm_backward_workspace_bytes(in.dtype, rc.rows, rc.cols);
+    workspace = allocate_device(bytes > 0 ? bytes : 1, in.device, stream);
+  }
+  BRRR_CUDA_CHECK(kernels::layer_norm_backward(
+      dx ? dx->data : nullptr, dweight ? dweight->data : nullptr, dbias ? dbias->data : nullptr, grad.data, in.data,
+      mean.data, rstd.data, weight ? weight->data : nullptr, in.dtype, rc.rows, rc.cols,
+      workspace.defined() ? workspace.data() : nullptr, stream->handle));
 }
 
 }  // namespace brrr::backend

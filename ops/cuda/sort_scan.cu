@@ -1,13 +1,25 @@
 // CUDA kernels of the scans, the sort and searchsorted, over contiguous [rows, n] operands
 // along the last dim (math: ops/scan_sort_math.hpp, shared with the CPU).
-//  - scans: CUB's DeviceScan::InclusiveScanByKey with the row as the key (one launch for any
-//    rows x n shape), in the accumulate type; 16-bit floats are widened into the workspace
-//    first and narrowed after. cummax/cummin indices: a max-scan by key of "this element is
-//    the running extreme ? its position : -1".
+//  - cumsum, cumprod, logcumsumexp along rows of at least 1024 elements (or over at most 128
+//    rows): a deterministic chunked scan. Each row is cut into chunks of whole tiles (several
+//    per row only when there are few rows: enough blocks to fill the GPU); when there are
+//    several, one kernel reduces each chunk, and the scan kernel's block for a chunk starts
+//    from the reduction of the chunks before it (in a fixed order), then scans its chunk tile
+//    by tile (CUB's block load/scan/store), carrying the running value. Fixed orders only, so
+//    the result is the same on every run (a decoupled look-back, CUB's DeviceScan, is not for
+//    floats). Read twice, written once.
+//  - the other scans: CUB's DeviceScan::InclusiveScanByKey with the row as the key (one
+//    launch for any rows x n shape), in the accumulate type; 16-bit floats are widened into
+//    the workspace first and narrowed after. cummax/cummin indices: a max-scan by key of "this
+//    element is the running extreme ? its position : -1".
 //  - sort: elements turned into unsigned keys whose order is PyTorch's (NaN largest, -0.0 ==
 //    0.0), sorted with their positions by CUB's radix sort (one row) or stable segmented sort
 //    (several rows), then the values gathered by position. Both sorts are stable.
 //  - searchsorted: one thread per value, a binary search in its row.
+#include <cub/block/block_load.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/block/block_store.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
@@ -77,6 +89,130 @@ template <ScanOp OP, class T> struct ScanPlan {
   std::size_t bytes() const { return buffer_bytes() + flags_bytes() + cub_bytes(); }
 };
 
+// ---- the chunked scan (cumsum, cumprod, logcumsumexp; see the top) ----
+
+constexpr int chunk_threads = 256;
+template <class A> inline constexpr int chunk_items = sizeof(A) > 4 ? 8 : 16;
+constexpr std::int64_t chunked_min_n = 1024;         // rows at least this long
+constexpr std::int64_t chunked_max_rows = 128;       // or at most this many rows
+constexpr std::int64_t chunked_target_blocks = 1024;  // rows x chunks per row, when rows are few
+
+bool use_chunked(ScanOp op, std::int64_t total, std::int64_t n, bool with_indices) {
+  const bool has_identity = op == ScanOp::cumsum || op == ScanOp::cumprod || op == ScanOp::logcumsumexp;
+  return !with_indices && has_identity && n > 0 && (n >= chunked_min_n || total / n <= chunked_max_rows);
+}
+
+// Chunks of whole tiles, at least two tiles each.
+template <class A> struct ChunkPlan {
+  std::int64_t rows, n, parts, chunk;
+  ChunkPlan(std::int64_t total, std::int64_t n_) : rows(total / n_), n(n_) {
+    const std::int64_t tile = std::int64_t(chunk_threads) * chunk_items<A>;
+    parts = (chunked_target_blocks + rows - 1) / rows;
+    const std::int64_t most = (n + 2 * tile - 1) / (2 * tile);
+    if (parts > most) parts = most;
+    if (parts < 1) parts = 1;
+    chunk = ((n + parts - 1) / parts + tile - 1) / tile * tile;
+    parts = (n + chunk - 1) / chunk;
+  }
+  std::size_t bytes() const { return parts > 1 ? align256(sizeof(A) * rows * parts) : 0; }
+};
+
+// totals[row * parts + part] = the combination of chunk `part` of the row (fixed order).
+template <ScanOp OP, class T>
+__global__ void __launch_bounds__(chunk_threads)
+    chunk_total_kernel(accumulate_t<T>* __restrict__ totals, const T* __restrict__ x, std::int64_t n, std::int64_t parts,
+                       std::int64_t chunk) {
+  using A = accumulate_t<T>;
+  using Reduce = cub::BlockReduce<A, chunk_threads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const Combine<OP, A> op{};
+  const std::int64_t row = blockIdx.x / parts, part = blockIdx.x - row * parts;
+  const std::int64_t begin = part * chunk, end = begin + chunk < n ? begin + chunk : n;
+  const T* xr = x + row * n;
+  constexpr int ilp = 4;  // independent accumulators: loads in flight
+  A acc[ilp];
+#pragma unroll
+  for (int u = 0; u < ilp; ++u) acc[u] = sm::identity<OP, A>();
+  for (std::int64_t i0 = begin + threadIdx.x; i0 < end; i0 += std::int64_t(chunk_threads) * ilp) {
+#pragma unroll
+    for (int u = 0; u < ilp; ++u) {
+      const std::int64_t i = i0 + std::int64_t(u) * chunk_threads;
+      if (i < end) acc[u] = op(acc[u], load_acc(xr[i]));
+    }
+  }
+  A a = op(op(acc[0], acc[1]), op(acc[2], acc[3]));
+  a = Reduce(tmp).Reduce(a, op);
+  if (threadIdx.x == 0) totals[blockIdx.x] = a;
+}
+
+template <ScanOp OP, class T>
+__global__ void __launch_bounds__(chunk_threads)
+    chunk_scan_kernel(T* __restrict__ out, const T* __restrict__ x, const accumulate_t<T>* __restrict__ totals,
+                      std::int64_t n, std::int64_t parts, std::int64_t chunk) {
+  using A = accumulate_t<T>;
+  constexpr int items = chunk_items<A>;
+  constexpr std::int64_t tile = std::int64_t(chunk_threads) * items;
+  using Load = cub::BlockLoad<T, chunk_threads, items, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
+  using Store = cub::BlockStore<T, chunk_threads, items, cub::BLOCK_STORE_WARP_TRANSPOSE>;
+  using Scan = cub::BlockScan<A, chunk_threads>;
+  using Reduce = cub::BlockReduce<A, chunk_threads>;
+  __shared__ union {
+    typename Load::TempStorage load;
+    typename Store::TempStorage store;
+    typename Scan::TempStorage scan;
+    typename Reduce::TempStorage reduce;
+  } tmp;
+  __shared__ A carry_in;
+  const Combine<OP, A> op{};
+  // The last chunks first: chunk_total_kernel read them last, so they are the likeliest to
+  // be in L2 still.
+  const std::int64_t b = gridDim.x - 1 - static_cast<std::int64_t>(blockIdx.x);
+  const std::int64_t row = b / parts, part = b - row * parts;
+  // The running value entering this chunk: the chunks before it, combined in a fixed order.
+  A carry = sm::identity<OP, A>();
+  if (part > 0) {
+    A a = sm::identity<OP, A>();
+    for (std::int64_t j = threadIdx.x; j < part; j += chunk_threads) a = op(a, totals[row * parts + j]);
+    a = Reduce(tmp.reduce).Reduce(a, op);
+    if (threadIdx.x == 0) carry_in = a;
+    __syncthreads();
+    carry = carry_in;
+  }
+  const T* xr = x + row * n;
+  T* yr = out + row * n;
+  const std::int64_t begin = part * chunk, end = begin + chunk < n ? begin + chunk : n;
+  for (std::int64_t t0 = begin; t0 < end; t0 += tile) {
+    const int valid = static_cast<int>(end - t0 < tile ? end - t0 : tile);
+    T in[items];
+    __syncthreads();  // tmp is reused
+    Load(tmp.load).Load(xr + t0, in, valid, narrow_to<T>(0));
+    // Each thread's run of `items` consecutive elements, scanned; then the runs' totals.
+    A v[items];
+    v[0] = load_acc(in[0]);
+#pragma unroll
+    for (int j = 1; j < items; ++j) v[j] = op(v[j - 1], load_acc(in[j]));
+    A before, aggregate;
+    __syncthreads();
+    Scan(tmp.scan).ExclusiveScan(v[items - 1], before, sm::identity<OP, A>(), op, aggregate);
+#pragma unroll
+    for (int j = 0; j < items; ++j) in[j] = narrow_to<T>(op(carry, op(before, v[j])));
+    __syncthreads();
+    Store(tmp.store).Store(yr + t0, in, valid);
+    carry = op(carry, aggregate);
+  }
+}
+
+template <ScanOp OP, class T> cudaError_t chunked_scan(T* out, const T* x, std::int64_t total, std::int64_t n,
+                                                       void* workspace, cudaStream_t s) {
+  using A = accumulate_t<T>;
+  const ChunkPlan<A> p(total, n);
+  auto* totals = static_cast<A*>(workspace);
+  const auto blocks = static_cast<unsigned>(p.rows * p.parts);
+  if (p.parts > 1) chunk_total_kernel<OP, T><<<blocks, chunk_threads, 0, s>>>(totals, x, n, p.parts, p.chunk);
+  chunk_scan_kernel<OP, T><<<blocks, chunk_threads, 0, s>>>(out, x, totals, n, p.parts, p.chunk);
+  return cudaGetLastError();
+}
+
 template <class F> void with_scan_type(ScanOp op, DType dtype, F&& f) {
   with_op(op, [&]<ScanOp OP>() { dispatch(dtype, [&]<class T>(T*) { f.template operator()<OP, T>(); }); });
 }
@@ -86,7 +222,10 @@ template <class F> void with_scan_type(ScanOp op, DType dtype, F&& f) {
 std::size_t scan_workspace_bytes(ScanOp op, const Operand& in, bool with_indices) {
   std::size_t bytes = 0;
   const std::int64_t n = length_of(in);
-  with_scan_type(op, in.dtype, [&]<ScanOp OP, class T>() { bytes = ScanPlan<OP, T>{in.numel, n, with_indices}.bytes(); });
+  const bool chunked = use_chunked(op, in.numel, n, with_indices);
+  with_scan_type(op, in.dtype, [&]<ScanOp OP, class T>() {
+    bytes = chunked ? ChunkPlan<accumulate_t<T>>(in.numel, n).bytes() : ScanPlan<OP, T>{in.numel, n, with_indices}.bytes();
+  });
   return bytes;
 }
 
@@ -95,7 +234,14 @@ int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indice
   auto s = static_cast<cudaStream_t>(stream);
   const std::int64_t n = length_of(in), total = in.numel;
   cudaError_t err = cudaSuccess;
+  const bool chunked = use_chunked(op, total, n, indices != nullptr);
   with_scan_type(op, in.dtype, [&]<ScanOp OP, class T>() {
+    if constexpr (sm::has_identity<OP>) {
+      if (chunked) {
+        err = chunked_scan<OP, T>(static_cast<T*>(out.data), static_cast<const T*>(in.data), total, n, workspace, s);
+        return;
+      }
+    }
     using Plan = ScanPlan<OP, T>;
     using A = typename Plan::A;
     Plan plan{total, n, indices != nullptr};
@@ -132,21 +278,10 @@ int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indice
 
 namespace {
 
-template <class T> __device__ __forceinline__ sm::sort_key_t<T> key_of(T v) {
-  constexpr bool is_float = is_floating<T>;
-  const auto w = load(v);
-  bool nan = false, zero = false;
-  if constexpr (is_float) {
-    nan = w != w;
-    zero = w == 0;
-  }
-  return sm::sort_key<T>(v, is_float, nan, zero);
-}
-
 template <class T>
 __global__ void make_keys(sm::sort_key_t<T>* keys, std::int64_t* positions, const T* x, std::int64_t total, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(blockDim.x) * gridDim.x) {
-    keys[i] = key_of(x[i]);
+    keys[i] = sm::sort_key_of(x[i]);
     positions[i] = i % n;
   }
 }

@@ -1,4 +1,4 @@
-// CudaBackend's scan, sort and searchsorted: workspace from the caching allocator on the
+// CudaBackend's scan, sort, topk and searchsorted: workspace from the caching allocator on the
 // current stream (stream-ordered), the launches of ops/cuda/sort_scan.cu, status checks.
 // Nothing here waits for the device.
 module;
@@ -28,6 +28,16 @@ void CudaBackend::sort(const Operand& values, const Operand& indices, const Oper
   const std::size_t bytes = kernels::sort_workspace_bytes(in, descending);
   Storage workspace = allocate_device(bytes > 0 ? bytes : 1, values.device, stream);
   BRRR_CUDA_CHECK(kernels::sort(values, indices, in, descending, workspace.data(), bytes, stream->handle));
+}
+
+void CudaBackend::topk(const Operand& values, const Operand& indices, const Operand& in, std::int64_t k,
+                       bool largest) {
+  if (in.numel == 0 || k == 0) return;
+  DeviceGuard g(values.device);
+  StreamPtr stream = current_stream(values.device);
+  const std::size_t bytes = kernels::topk_workspace_bytes(in, k, largest);
+  Storage workspace = allocate_device(bytes > 0 ? bytes : 1, values.device, stream);
+  BRRR_CUDA_CHECK(kernels::topk(values, indices, in, k, largest, workspace.data(), bytes, stream->handle));
 }
 
 void CudaBackend::searchsorted(const Operand& out, const Operand& sorted, const Operand& values, bool right) {

@@ -223,42 +223,47 @@ TEST_CASE("random draws under capture: fresh numbers per replay, the ones eager 
 
 TEST_CASE("attention dropout under capture: fresh masks per replay, the eager sequence's, backward too") {
   // The fused kernels read (seed, offset) from the graph's replayed state (capture_random_words),
-  // interleaved with ordinary draws that must keep their own words.
-  manual_seed(99);
-  Tensor q = randn({2, 3, 40, 32}, {.device = gpu()}).requires_grad_();
-  Tensor k = randn({2, 3, 56, 32}, {.device = gpu()}).requires_grad_();
-  Tensor v = randn({2, 3, 56, 32}, {.device = gpu()}).requires_grad_();
-  Tensor r = randn({2, 3, 40, 32}, {.device = gpu()});
-  const SdpaOptions o{.dropout_p = 0.2, .is_causal = true};
-  auto step = [&] {
-    Tensor before = rand({50}, {.device = gpu()});
-    Tensor y = scaled_dot_product_attention(q, k, v, o);
-    std::vector<Tensor> g = autograd::grad({sum(mul(y, r))}, {q, k, v});
-    Tensor after = rand({50}, {.device = gpu()});
-    return std::vector<Tensor>{before, y.detach(), g[0], g[1], g[2], after};
-  };
-  std::vector<Tensor> captured;
-  cuda::Graph graph;
-  graph.capture([&] { captured = step(); });
-  manual_seed(4321);
-  std::vector<std::vector<Tensor>> eager;
-  for (int i = 0; i < 3; ++i) {
-    std::vector<Tensor> e = step();
-    for (Tensor& t : e) t = t.clone();
-    eager.push_back(e);
-  }
-  Tensor eager_next = rand({10}, {.device = gpu()});
-  CHECK_FALSE(same_bits<float>(eager[0][1], eager[1][1]));  // fresh masks per step
-  manual_seed(4321);
-  for (int i = 0; i < 3; ++i) {
-    graph.replay();
-    INFO("replay ", i);
-    for (std::size_t j = 0; j < captured.size(); ++j) {
-      INFO("output ", j);
-      CHECK(same_bits<float>(captured[j], eager[static_cast<std::size_t>(i)][j]));
+  // interleaved with ordinary draws that must keep their own words. f32: the SIMT kernels;
+  // bf16: the tensor-core ones (ops/cuda/attention_mma.cu).
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO(std::string(to_string(dt)));
+    manual_seed(99);
+    Tensor q = randn({2, 3, 40, 32}, {.device = gpu()}).to(dt).requires_grad_();
+    Tensor k = randn({2, 3, 56, 32}, {.device = gpu()}).to(dt).requires_grad_();
+    Tensor v = randn({2, 3, 56, 32}, {.device = gpu()}).to(dt).requires_grad_();
+    Tensor r = randn({2, 3, 40, 32}, {.device = gpu()}).to(dt);
+    const SdpaOptions o{.dropout_p = 0.2, .is_causal = true};
+    auto step = [&] {
+      Tensor before = rand({50}, {.device = gpu()});
+      Tensor y = scaled_dot_product_attention(q, k, v, o);
+      std::vector<Tensor> g = autograd::grad({sum(mul(y, r))}, {q, k, v});
+      Tensor after = rand({50}, {.device = gpu()});
+      return std::vector<Tensor>{before, y.detach().to(DType::f32), g[0].to(DType::f32), g[1].to(DType::f32),
+                                 g[2].to(DType::f32), after};
+    };
+    std::vector<Tensor> captured;
+    cuda::Graph graph;
+    graph.capture([&] { captured = step(); });
+    manual_seed(4321);
+    std::vector<std::vector<Tensor>> eager;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<Tensor> e = step();
+      for (Tensor& t : e) t = t.clone();
+      eager.push_back(e);
     }
+    Tensor eager_next = rand({10}, {.device = gpu()});
+    CHECK_FALSE(same_bits<float>(eager[0][1], eager[1][1]));  // fresh masks per step
+    manual_seed(4321);
+    for (int i = 0; i < 3; ++i) {
+      graph.replay();
+      INFO("replay ", i);
+      for (std::size_t j = 0; j < captured.size(); ++j) {
+        INFO("output ", j);
+        CHECK(same_bits<float>(captured[j], eager[static_cast<std::size_t>(i)][j]));
+      }
+    }
+    CHECK(same_bits<float>(rand({10}, {.device = gpu()}), eager_next));
   }
-  CHECK(same_bits<float>(rand({10}, {.device = gpu()}), eager_next));
 }
 
 TEST_CASE("an eager block freed during a capture stays the graph's when its neighbours are freed after it") {

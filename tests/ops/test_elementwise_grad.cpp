@@ -242,3 +242,35 @@ TEST_CASE("kinks as PyTorch: relu'(0)=0, abs'(0)=0, ties split, clamp bounds inc
   pow(p0, 0.0).sum().backward();
   expect_values(p0.grad(), {0.0, 0.0}, {}, "d/dx x^0");
 }
+
+TEST_CASE("gelu_backward: one kernel equal to the recorded rule (f64), close in f32/bf16/f16; backward uses it") {
+  FRESH_SEED();
+  for (const char* approx : {"none", "tanh"}) {
+    INFO("approximate ", approx);
+    Tensor x = randn({6, 50}, {.dtype = DType::f64}) * 3.0;
+    Tensor g = randn({6, 50}, {.dtype = DType::f64});
+    // The recorded Tensor-op rule (create_graph) against the kernel.
+    Tensor xx = x.detach().clone().requires_grad_();
+    Tensor rule = autograd::grad({sum(gelu(xx, approx) * g)}, {xx}, {}, true, true)[0].detach();
+    expect_values(gelu_backward(g, x, approx), host(rule), math_tol(DType::f64), "gelu_backward f64");
+    // backward() without create_graph gives the kernel's values.
+    Tensor xk = x.detach().clone().requires_grad_();
+    (gelu(xk, approx) * g).sum().backward();
+    expect_values(xk.grad(), host(rule), math_tol(DType::f64), "gelu backward f64");
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      INFO(to_string(dt));
+      // |x| <= 3: further out, tanh's 1 - t^2 cancels in f32 (PyTorch's formula too), leaving
+      // absolute errors of ~1e-6 |g| in results near 0.
+      Tensor xd = clamp(x, -3.0, 3.0).to(dt), gd = g.to(dt);
+      Tensor got = gelu_backward(gd, xd, approx);
+      CHECK(got.dtype() == dt);
+      // f32 arithmetic on the rounded inputs, rounded once.
+      Tensor want = gelu_backward(gd.to(DType::f64), xd.to(DType::f64), approx);
+      expect_values(got, host(want), math_tol(dt), "gelu_backward low precision");
+    }
+  }
+  // Broadcast and promoted like any binary op; PyTorch's approximate strings only.
+  CHECK(gelu_backward(ones({3, 1}), zeros({4})).shape() == Shape{3, 4});
+  expect_values(gelu_backward(ones({2}), zeros({2})), {0.5, 0.5}, exact_tol(DType::f32), "gelu'(0) = 1/2");
+  CHECK_BRRR_ERROR(gelu_backward(ones({2}), ones({2}), "Tanh"), ErrorKind::value, "gelu_backward", "\"Tanh\"");
+}

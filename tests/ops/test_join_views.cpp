@@ -236,8 +236,16 @@ TEST_CASE("views record a node only when their input requires grad, and stay vie
     CHECK(x.view({4, 3}).grad_fn().get() == nullptr);
     CHECK(x.slice(0, 0, 1).grad_fn().get() == nullptr);
   }
-  // split/chunk parts carry the narrow's node
-  for (const Tensor& p : split(x, 1)) CHECK(p.grad_fn().get() != nullptr);
+  // split/chunk parts share one node, SplitBackward (its gradient is one cat), output k each
+  Views parts = split(x, 1);
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    REQUIRE(parts[k].grad_fn().get() != nullptr);
+    CHECK(parts[k].grad_fn()->name() == "SplitBackward");
+    CHECK(parts[k].grad_fn().get() == parts[0].grad_fn().get());
+    CHECK(parts[k].output_nr() == static_cast<std::uint32_t>(k));
+    CHECK(parts[k].storage().is_same(x.storage()));
+  }
+  CHECK(chunk(x, 2)[1].grad_fn()->name() == "SplitBackward");
   Tensor c = cat({x, x});
   REQUIRE(c.grad_fn().get() != nullptr);
   CHECK(c.grad_fn()->name() == "CatBackward");
@@ -326,6 +334,43 @@ TEST_CASE("cat/stack/split/chunk gradients against central differences") {
   check_gradients([](const std::vector<Tensor>& x) { return chunk(x[0], 3); }, {{7}}, rng);
   // only some parts used: the others' gradient is zero
   check_gradients([](const std::vector<Tensor>& x) { return std::vector<Tensor>{chunk(x[0], 2)[1]}; }, {{4, 3}}, rng);
+  // a part of size 0, parts used twice, second order (create_graph through the cat)
+  check_gradients([](const std::vector<Tensor>& x) { return split(x[0], std::vector<std::int64_t>{2, 0, 1}, 1); },
+                  {{2, 3}}, rng);
+  check_gradients(
+      [](const std::vector<Tensor>& x) {
+        Views q = split(x[0], 2, -1);
+        return std::vector<Tensor>{q[0] * q[1] + q[0]};
+      },
+      {{3, 4}}, rng);
+  Tensor x = randn({3, 4}, {.dtype = DType::f64, .requires_grad = true});
+  Views q = split(x, 2, 1);
+  Tensor y = sum(q[0] * q[0] * q[1]);
+  Tensor g = autograd::grad({y}, {x}, {}, true, true)[0];
+  Tensor gg = autograd::grad({sum(g * g)}, {x})[0];
+  // y = sum a^2 b: dy/da = 2ab, dy/db = a^2; d(sum g^2)/da = 8ab^2 + 4a^3, /db = 8a^2 b
+  V xv = values(x), want(12);
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 2; ++c) {
+      const double a = xv[static_cast<std::size_t>(r * 4 + c)], b = xv[static_cast<std::size_t>(r * 4 + c + 2)];
+      want[static_cast<std::size_t>(r * 4 + c)] = 8 * a * b * b + 4 * a * a * a;
+      want[static_cast<std::size_t>(r * 4 + c + 2)] = 8 * a * a * b;
+    }
+  V got = values(gg);
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+}
+
+TEST_CASE("split backward: one cat of the parts' gradients, in the input's dtype") {
+  Tensor x = make(DType::f32, {1, 2, 3, 4, 5, 6}, {2, 3});
+  x.requires_grad_();
+  Views q = split(x, std::vector<std::int64_t>{1, 2}, 1);
+  (q[1] * 2.0).sum().backward();  // q[0] gets no gradient: zeros in its place
+  CHECK(x.grad().dtype() == DType::f32);
+  CHECK(x.grad().is_contiguous());
+  CHECK(values(x.grad()) == V{0, 2, 2, 0, 2, 2});
+  x.set_grad(Tensor());
+  (q[0].to(DType::f64) * 3.0 + sum(q[1], {1}, true).to(DType::f64)).sum().backward();
+  CHECK(values(x.grad()) == V{3, 1, 1, 3, 1, 1});
 }
 
 TEST_CASE("cat: gradients come back in each input's dtype; the legacy [0] input gets [0]") {

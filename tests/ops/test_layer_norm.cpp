@@ -163,3 +163,135 @@ TEST_CASE("layer_norm errors") {
   CHECK_BRRR_ERROR(layer_norm(arange(6).view({2, 3}), {3}), ErrorKind::dtype, "layer_norm", "i64");
   CHECK_BRRR_ERROR(layer_norm(zeros({2, 3}), {3}, arange(3)), ErrorKind::dtype, "layer_norm", "weight");
 }
+
+// ---------------------------------------------------------------------------------------
+// layer_norm's fused backward kernel (layer_norm_backward), which backward uses unless
+// create_graph records the Tensor-op rule instead
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// The gradients of sum(layer_norm(x, [cols], w, b) * gy) w.r.t. the defined ones of x, w, b:
+// by the fused kernel (create_graph off) or by the recorded Tensor-op rule (create_graph on).
+std::vector<Tensor> ln_grads(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& gy, bool create_graph) {
+  std::vector<Tensor> in;
+  Tensor xx = x.detach().clone().requires_grad_(), ww, bb;
+  in.push_back(xx);
+  if (w.defined()) in.push_back(ww = w.detach().clone().requires_grad_());
+  if (b.defined()) in.push_back(bb = b.detach().clone().requires_grad_());
+  Tensor y = layer_norm(xx, {x.size(-1)}, ww, bb);
+  auto g = autograd::grad({sum(y * gy)}, in, {}, false, create_graph);
+  for (Tensor& t : g) t = t.detach();
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("layer_norm backward kernel: equals the Tensor-op rule in f64 (rows 1..many, cols 1..4097, affine or not)") {
+  FRESH_SEED();
+  for (std::int64_t rows : {1, 3, 300}) {
+    for (std::int64_t cols : {1, 2, 5, 64, 1000, 4097}) {
+      if (rows * cols > 300000) continue;
+      Tensor x = randn({rows, cols}, {.dtype = DType::f64}) * 2.0 + 1.0;
+      Tensor gy = randn({rows, cols}, {.dtype = DType::f64});
+      Tensor w = randn({cols}, {.dtype = DType::f64}), b = randn({cols}, {.dtype = DType::f64});
+      for (int affine = 0; affine < 4; ++affine) {
+        INFO("rows ", rows, " cols ", cols, " affine ", affine);
+        const Tensor wu = affine & 1 ? w : Tensor(), bu = affine & 2 ? b : Tensor();
+        auto kernel = ln_grads(x, wu, bu, gy, false);
+        auto rule = ln_grads(x, wu, bu, gy, true);
+        REQUIRE(kernel.size() == rule.size());
+        for (std::size_t i = 0; i < kernel.size(); ++i) {
+          CHECK(kernel[i].dtype() == DType::f64);
+          CHECK(kernel[i].shape() == rule[i].shape());
+          const Tol t = tol_for(DType::f64);
+          check_close(values(kernel[i]), values(rule[i]), t.rtol, t.atol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("layer_norm backward kernel: gradcheck (rows 1, cols 1, wide rows, weight and bias each optional)") {
+  FRESH_SEED();
+  manual_seed(seed_);
+  auto ln = [](bool use_w, bool use_b) {
+    return [use_w, use_b](const std::vector<Tensor>& in) {
+      std::size_t k = 1;
+      Tensor w = use_w ? in[k++] : Tensor();
+      Tensor b = use_b ? in[k] : Tensor();
+      return layer_norm(in[0], {in[0].size(-1)}, w, b);
+    };
+  };
+  for (auto [rows, cols] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 6}, {4, 1}, {1, 1}, {2, 300}}) {
+    Tensor x = randn({rows, cols}, {.dtype = DType::f64}) * 2.0 + 0.5;
+    Tensor w = randn({cols}, {.dtype = DType::f64}), b = randn({cols}, {.dtype = DType::f64});
+    for (int affine = 0; affine < 4; ++affine) {
+      INFO("rows ", rows, " cols ", cols, " affine ", affine);
+      std::vector<Tensor> in{x};
+      if (affine & 1) in.push_back(w);
+      if (affine & 2) in.push_back(b);
+      CHECK(autograd::gradcheck(ln(affine & 1, affine & 2), in));
+    }
+  }
+}
+
+TEST_CASE("layer_norm backward kernel: f32/bf16/f16 inputs against f64; gradient dtypes; f32 weights on bf16") {
+  FRESH_SEED();
+  manual_seed(seed_);
+  for (std::int64_t cols : {7, 384, 1500}) {
+    const std::int64_t rows = 37;
+    Tensor x64 = randn({rows, cols}, {.dtype = DType::f64}) * 1.5 + 2.0;
+    Tensor w64 = randn({cols}, {.dtype = DType::f64}), b64 = randn({cols}, {.dtype = DType::f64});
+    Tensor gy64 = randn({rows, cols}, {.dtype = DType::f64});
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      for (DType wdt : {dt, DType::f32}) {
+        INFO("cols ", cols, " x ", to_string(dt), " weight/bias ", to_string(wdt));
+        // The reference runs in f64 on the values the low-precision run sees: x and gy rounded
+        // to dt, w and b to wdt; the forward uses w rounded to dt (the kernel's weight is the
+        // parameter itself for dx, as the Tensor-op rule's).
+        Tensor x = x64.to(dt), gy = gy64.to(dt), w = w64.to(wdt), b = b64.to(wdt);
+        auto got = ln_grads(x, w, b, gy, false);
+        auto want = ln_grads(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64), gy.to(DType::f64), false);
+        CHECK(got[0].dtype() == dt);
+        CHECK(got[1].dtype() == wdt);
+        CHECK(got[2].dtype() == wdt);
+        // The CPU computes in double and rounds once (dx to dt, dweight/dbias to f32, then
+        // wdt), from statistics kept in f32: the row-op row of the table.
+        const Tol tx = tol_for(dt), tw = tol_for(wdt);
+        check_close(values(got[0]), values(want[0]), tx.rtol, tx.atol);
+        check_close(values(got[1]), values(want[1]), tw.rtol, tw.atol);
+        check_close(values(got[2]), values(want[2]), tw.rtol, tw.atol);
+      }
+    }
+  }
+}
+
+TEST_CASE("layer_norm backward kernel: bit-identical run to run and for any thread count; empty shapes") {
+  FRESH_SEED();
+  manual_seed(seed_);
+  Tensor x = randn({513, 384}), w = randn({384}), b = randn({384}), gy = randn({513, 384});
+  const int threads = get_num_threads();
+  auto first = ln_grads(x, w, b, gy, false);
+  set_num_threads(1);
+  auto one = ln_grads(x, w, b, gy, false);
+  set_num_threads(std::max(threads, 2));
+  auto again = ln_grads(x, w, b, gy, false);
+  set_num_threads(threads);
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    CHECK(values(first[i]) == values(one[i]));
+    CHECK(values(first[i]) == values(again[i]));
+  }
+  // No rows: dx empty, dweight/dbias zeros; no columns: everything empty.
+  auto rows0 = ln_grads(zeros({0, 4}), ones({4}), ones({4}), zeros({0, 4}), false);
+  CHECK(rows0[0].shape() == Shape{0, 4});
+  CHECK(values(rows0[1]) == std::vector<double>(4, 0.0));
+  CHECK(values(rows0[2]) == std::vector<double>(4, 0.0));
+  auto cols0 = ln_grads(zeros({3, 0}), ones({0}), ones({0}), zeros({3, 0}), false);
+  CHECK(cols0[0].shape() == Shape{3, 0});
+  CHECK(cols0[1].shape() == Shape{0});
+  // Only the weight's gradient wanted (x does not require grad): no dx is computed.
+  Tensor ww = w.detach().clone().requires_grad_();
+  auto gw = autograd::grad({sum(layer_norm(x, {384}, ww) * gy)}, {ww});
+  check_close(values(gw[0]), values(first[1]), 0, 0);
+}

@@ -196,6 +196,38 @@ TEST_CASE("dropout: gradcheck with the mask fixed by re-seeding inside the funct
              {randn({4, 6})});
 }
 
+TEST_CASE("dropout: the fused kernel equals x * noise of rand() >= p, bit for bit; the generator advances alike") {
+  FRESH_SEED();
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    for (std::int64_t n : {1, 3, 4, 5, 4099}) {
+      CAPTURE(dt);
+      CAPTURE(n);
+      const double p = 0.3;
+      // A non-contiguous input (a transposed view) with every value non-zero.
+      Tensor x = add(randn({2, n}, {.dtype = DType::f64}), 5.0).to(dt).t();
+      manual_seed(seed_);
+      Tensor got = dropout(x, p);
+      Tensor after_got = rand({3});
+      manual_seed(seed_);
+      Tensor u = rand(x.shape(), {.dtype = dt == DType::f64 ? DType::f64 : DType::f32});
+      Tensor noise = where(ge(u, p), full({}, 1.0 / (1.0 - p), {.dtype = dt}), zeros({}, {.dtype = dt}));
+      Tensor want = mul(x, noise);
+      Tensor after_want = rand({3});
+      CHECK(got.dtype() == dt);
+      CHECK(got.shape() == x.shape());
+      CHECK(values(got) == values(want));
+      CHECK(values(after_got) == values(after_want));
+      // The gradient is the noise; under create_graph it is a recorded product.
+      Tensor xl = x.detach().clone().requires_grad_();
+      manual_seed(seed_);
+      Tensor y = dropout(xl, p);
+      Tensor g = ones(x.shape(), {.dtype = dt});
+      auto gx = autograd::grad({y}, {xl}, {g}, true, true);
+      CHECK(values(gx[0]) == values(noise));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // deterministic switch
 // ---------------------------------------------------------------------------------------

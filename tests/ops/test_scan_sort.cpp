@@ -112,6 +112,37 @@ TEST_CASE("sort, argsort, topk, kthvalue, median against PyTorch") {
   CHECK(m.item<std::int64_t>() == 3);
 }
 
+TEST_CASE("topk is sort's first k: every dtype, ties, NaN, -0.0, k = 0, 1 and n, any dim") {
+  FRESH_SEED();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (DType dt : test::all_dtypes) {
+    // Few distinct values (ties everywhere); floats also get NaN, +-inf and both zeros.
+    Tensor x = randint(-4, 4, {6, 50}).to(DType::f64);
+    if (is_floating_point(dt)) {
+      Tensor pick = rand({6, 50}, {.dtype = DType::f64});
+      x = where(lt(pick, 0.1), full({}, nan, {.dtype = DType::f64}), x);
+      x = where(logical_and(ge(pick, 0.1), lt(pick, 0.2)), full({}, -0.0, {.dtype = DType::f64}), x);
+      x = where(logical_and(ge(pick, 0.2), lt(pick, 0.25)), full({}, inf, {.dtype = DType::f64}), x);
+      x = where(logical_and(ge(pick, 0.25), lt(pick, 0.3)), full({}, -inf, {.dtype = DType::f64}), x);
+    }
+    x = x.to(dt);
+    for (std::int64_t d : {0, 1})
+      for (bool largest : {true, false})
+        for (std::int64_t k : {std::int64_t(0), std::int64_t(1), std::int64_t(5), x.size(d)}) {
+          INFO(to_string(dt), " dim ", d, " largest ", largest, " k ", k);
+          ValuesIndices t = topk(x, k, d, largest);
+          ValuesIndices s = sort(x, d, largest);
+          CHECK_NOTHROW(testing::assert_close(t.indices, s.indices.narrow(d, 0, k), {.rtol = 0, .atol = 0}));
+          CHECK_NOTHROW(
+              testing::assert_close(t.values, s.values.narrow(d, 0, k), {.rtol = 0, .atol = 0, .equal_nan = true}));
+        }
+  }
+  // -0.0 keeps its sign in the values (they are x's elements).
+  ValuesIndices z = topk(Tensor::from_vector(V{0.0, -0.0, 1.0}), 3, 0, false);
+  CHECK(test::values(z.indices) == V{0, 1, 2});
+  CHECK(std::signbit(test::values(z.values)[1]));
+}
+
 TEST_CASE("unique, bincount and searchsorted against PyTorch") {
   replay("unique_values", [](const In& x) { return unique(x[0]).values; });
   replay("unique_inverse", [](const In& x) { return unique(x[0], true, true).inverse; });

@@ -16,6 +16,7 @@
 import brrr;
 
 #include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
 #include "tests/optim/optim_cases.hpp"
 
 using namespace optim_test;
@@ -197,6 +198,50 @@ TEST_CASE("clip_grad_norm_: no gradients gives 0; bf16 gradients are summed in f
   CHECK(nb.item<float>() == doctest::Approx(5.0));
   check_values(host(b.grad()), {0.6, 0.8, 0, 0}, 8e-3, 0);
   CHECK(b.grad().dtype() == DType::bf16);
+}
+
+TEST_CASE("clip_grad_norm_: many gradients of mixed dtypes and layouts against the per-tensor formula") {
+  FRESH_SEED();
+  manual_seed(seed_);
+  // 70 gradients (more than one multi-tensor launch holds on CUDA): f32, f64 and bf16, an
+  // empty one, a transposed (non-contiguous) one, sizes from 1 to 20000.
+  std::vector<Tensor> params;
+  for (int k = 0; k < 70; ++k) {
+    const DType dt = k % 3 == 0 ? DType::f32 : k % 3 == 1 ? DType::f64 : DType::bf16;
+    const std::int64_t n = k == 5 ? 0 : 1 + (k * 7919) % 20000;
+    Tensor p = zeros({n}, {.dtype = dt, .requires_grad = true});
+    p.set_grad(randn({n}, {.dtype = DType::f64}).to(dt));
+    params.push_back(p);
+  }
+  Tensor m = zeros({30, 40}, {.requires_grad = true});
+  m.set_grad(randn({40, 30}).t());  // not contiguous: scaled through a copy
+  params.push_back(m);
+  for (double norm_type : {2.0, 1.0, 3.0, std::numeric_limits<double>::infinity()}) {
+    CAPTURE(norm_type);
+    std::vector<Tensor> before;
+    for (const Tensor& p : params) before.push_back(p.grad().to(DType::f64).clone());  // f64: to() is the tensor itself
+    // The formula in double over the gradients' values.
+    double acc = 0;
+    for (const Tensor& g : before)
+      for (double v : host(g))
+        acc = std::isinf(norm_type) ? std::max(acc, std::abs(v)) : acc + std::pow(std::abs(v), norm_type);
+    const double total = std::isinf(norm_type) ? acc : std::pow(acc, 1.0 / norm_type);
+    const double max_norm = total / 3;
+    Tensor n = optim::clip_grad_norm_(params, max_norm, norm_type);
+    CHECK(n.item<float>() == doctest::Approx(total).epsilon(1e-5));
+    const double coef = max_norm / (total + 1e-6);
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      CAPTURE(k);
+      V want = host(before[k]);
+      for (double& v : want) v *= coef;
+      // The factor comes from f32 sums (an f32 tensor); bf16 gradients are rounded once more.
+      const Tol t = tolerance(Computed::accumulated, params[k].grad().dtype() == DType::bf16 ? DType::bf16 : DType::f32);
+      check_values(host(params[k].grad()), want, t.rtol, t.atol);
+    }
+  }
+  // NaN in a gradient: the inf-norm is NaN (and every gradient becomes NaN), as PyTorch's.
+  params[3].grad().fill_(std::numeric_limits<double>::quiet_NaN());
+  CHECK(std::isnan(optim::clip_grad_norm_(params, 1.0, std::numeric_limits<double>::infinity()).item<float>()));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,877 @@
+// Fused attention for bf16/f16 on tensor cores (sm_80+): FlashAttention-2's forward and backward
+// (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+// Partitioning", algorithms 1 and 2) written with mma.sync.m16n8k16 (f32 accumulators),
+// ldmatrix and cp.async. Same contract and semantics as the SIMT kernels of
+// ops/cuda/attention.cu (which keep f32/f64): lse is the natural log-sum-exp of the scaled
+// scores, the dropout mask is the same Philox words', the backward is deterministic.
+//
+// Tiling. 4 warps (128 threads) per CTA; the CTA owns 64 rows (16 per warp): queries in the
+// forward and dQ kernels, keys in the dK/dV kernel, and loops over tiles of the other side:
+// 64 keys (forward, dq) and 64 queries (dK/dV), or for D > 64, whose D-wide accumulators take
+// the registers, 32 keys and 16 queries. Head dims are padded with zeros to
+// DMAX = 32, 64 or 128 (any D <= 128; the loads zero-fill). Shared memory holds each tile as
+// [rows][DMAX + 8] 16-bit elements: the 16 bytes of padding put the 8 rows an ldmatrix phase
+// reads in 8 different 4-bank groups (no conflicts). Tiles are loaded with 16-byte cp.async
+// when every operand allows it (D % 8 == 0, strides % 8 == 0, 16-byte aligned base; `vec`),
+// else element by element; the tile of the next loop step is loaded while this one is used
+// (two buffers).
+//   forward  grid (B*H) x query tiles (the longest causal rows first). Per key tile:
+//            S = Q K^T (Q's fragments stay in registers), online softmax on the accumulators,
+//            O += P V. Shared: Q, 2 x K, 2 x V.
+//   dq       grid (B*H) x query tiles. Prologue: delta_i = dO_i . O_i (f32, from the rounded
+//            O), written to the workspace for dk/dv. Per key tile: S = Q K^T, P = exp(S - lse),
+//            dP = dO V^T, dS = P o (dP o Z - delta), dQ += dS K. Shared: Q, dO, 2 x K, 2 x V.
+//   dkdv     grid (B*H) x key tiles (most query tiles first), launched after dq. Per query tile:
+//            S^T = K Q^T, dP^T = V dO^T (K, V fragments in registers for D <= 64 without dropout),
+//            dV += (P o Z)^T dO, dK += dS^T Q. Shared: K, V, 2 x Q, 2 x dO, 2 x lse, 2 x delta.
+// Results go through the warp's own rows of a shared tile (Q, or K and V) to 16-byte stores.
+// No atomics: each output element is written by one thread, summed in a fixed order.
+// Shared memory (bytes, D = 32 / 64 / 128): forward 25600 / 46080 / 52224, dq 30720 / 55296 /
+// 69632, dkdv 31744 / 56320 / 52480. Registers and spills: `-Xptxas -v` (none spill).
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane = 4 g + t, g = groupID,
+// t = threadID_in_group):
+//   A (16x16 row-major, 4 regs of 16-bit pairs): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..),
+//     a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..).
+//   B (16x8, k x n, 2 regs): b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g).
+//   C (16x8 f32): c[0], c[1] = (g, 2t), (g, 2t+1); c[2], c[3] = (g+8, 2t), (g+8, 2t+1).
+// ldmatrix.x4 takes row addresses from lanes 8m..8m+7 for matrix m and gives lane l register
+// m = (row l/4, cols 2(l%4), +1); with .trans = (rows 2(l%4), +1 of col l/4). So:
+//   A from a row-major tile: lane l addresses row (l & 15), col 8 (l >> 4)  -> a[0..3].
+//   B = X^T for X stored [n][k] (K in S = Q K^T, Q in S^T = K Q^T, V in dO V^T):
+//     row 8 (l >> 4) + (l & 7), col 8 ((l >> 3) & 1) -> b0, b1 of n-tile 0, b0, b1 of n-tile 1.
+//   B = X for X stored [k][n] (V in P V, K in dS K, dO/Q in dV/dK): .trans, row (l & 15),
+//     col 8 (l >> 4) -> b0, b1 of n-tile 0, then of n-tile 1.
+// An accumulator tile 16 x 16 (n-tiles 2kk, 2kk+1) is exactly one A operand of k-step kk:
+// a = (pack c[0],c[1] of 2kk; c[2],c[3] of 2kk; c[0],c[1] of 2kk+1; c[2],c[3] of 2kk+1), so
+// P (and dS) go from the softmax to the next mma in registers.
+//
+// Softmax in base 2: scores are scaled by scale * log2(e) and exponentiated with ex2; the
+// forward's running max is in those units, lse = (m + log2 l) ln 2 is stored in natural units,
+// the backward multiplies it by log2(e) again. Row sums are per-thread partials (a row is
+// spread over the 4 lanes of a quad) reduced once at the end.
+//
+// Dropout (AttentionDropout, backend/contract.hpp): element (b, h, i, j) is kept iff word
+// w = offset + ((b H + h) L + i) S + j of the Philox stream gives uniform_bits(w, 24) >= float(p),
+// i.e. (w >> 8) >= ceil(float(p) 2^24) (both sides are exact: the same test as the SIMT kernel).
+// A Philox block gives words 4c .. 4c+3, so a run of n consecutive words of a row needs n/4 or
+// n/4 + 1 blocks. Forward and dq (rows = queries, 16 x NK per warp and key tile): lane l
+// computes the keep mask of row l/2, keys (l % 2) NK/2 .. + NK/2 - 1 (for NK = 64: 8 or 9
+// blocks, the ideal being 8); the lane owning (g, 2t..) of n-tile nt reads it from lane
+// 2g + (8 nt >= NK/2) (and 2(g+8) + ...) by shuffles. dK/dV (rows = keys: a query's 16 keys of
+// the warp are 16 consecutive words): for 64 query columns lane l computes the 16-bit masks of
+// columns 2l and 2l+1 (4 or 5 blocks each), for 16 columns lane l the 8 keys 8 (l % 2) .. of
+// column l/2; the owner of column 8 nt + 2t + e reads them by shuffles. The mask is recomputed
+// in each kernel, never stored.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "ops/cuda/attention_mma.cuh"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/mma.cuh"
+#include "ops/random_transform.hpp"
+
+namespace brrr::kernels {
+
+namespace {
+
+namespace rt = ::brrr::random_transform;
+using namespace ::brrr::kernels::mma;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBlock = 16 * kWarps;  // the CTA's own rows: queries (forward, dq) or keys (dk/dv)
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr float kLn2 = 0.69314718055994530942f;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float neg_inf_f() { return -std::numeric_limits<float>::infinity(); }
+
+// Row pitch of a shared-memory tile, in elements: DMAX + 16 bytes.
+template <int DMAX> constexpr int kPitch = DMAX + 8;
+
+// Keys per loop step of the forward and dq kernels: 32 for the 128 variant (its D-wide
+// accumulators need the registers), else 64. Queries per step of the dK/dV kernel (two D-wide
+// accumulators): 16 for the 128 variant, else 64.
+template <int DMAX> constexpr int kKeys = DMAX > 64 ? 32 : 64;
+template <int DMAX> constexpr int kQueriesDkdv = DMAX > 64 ? 16 : 64;
+// K and V fragments in registers (dK/dV without dropout) and Q, dO fragments (dq) for
+// DMAX <= 64; the 128 variant reads them from shared memory at each use.
+template <int DMAX> constexpr bool kRegs = DMAX <= 64;
+// __launch_bounds__'s resident CTAs per SM for the dq kernel: ptxas left alone puts the 128
+// variant with dropout at 168 registers and spills; asking for 2 CTAs (255) it does not. 0 is
+// "not given" (1 is not: it moves the 64 variant from 150 to 226 registers).
+template <int DMAX> constexpr int kMinBlocksDq = DMAX > 64 ? 2 : 0;
+
+// One [B, H, T, D] operand (last stride 1): base and strides in elements.
+template <class T> struct Heads {
+  T* data;
+  std::int64_t sb, sh, st;
+  __device__ __forceinline__ T* head(int b, int h) const { return data + b * sb + h * sh; }
+};
+
+template <class T> Heads<T> heads(const Operand& o) {
+  return {static_cast<T*>(o.data), o.strides[0], o.strides[1], o.strides[2]};
+}
+
+struct Dims {
+  int bh, heads, q_len, k_len, dim;
+};
+
+struct Dropout {
+  const std::uint64_t* seed_offset;  // device {seed, offset} under a graph capture, else null
+  std::uint64_t seed, offset;
+  std::uint32_t threshold;  // keep iff (word >> 8) >= threshold
+  float scale;              // 1 / (1 - p)
+};
+
+Dropout dropout_of(const AttentionDropout& d) {
+  // uniform_bits(w, 24) = (w >> 8) 2^-24 exactly, and float(p) 2^24 is exact in double: the
+  // float comparison u >= float(p) is (w >> 8) >= ceil(float(p) 2^24).
+  const double p32 = static_cast<double>(static_cast<float>(d.p));
+  const double t = std::ceil(p32 * 16777216.0);
+  return {d.seed_offset, d.seed, d.offset, static_cast<std::uint32_t>(t < 16777216.0 ? (t > 0 ? t : 0) : 16777216.0),
+          static_cast<float>(d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0)};
+}
+
+__device__ __forceinline__ void dropout_state(const Dropout& d, std::uint64_t& seed, std::uint64_t& offset) {
+  if (d.seed_offset) {
+    seed = d.seed_offset[0];
+    offset = d.seed_offset[1] + d.offset;
+  } else {
+    seed = d.seed;
+    offset = d.offset;
+  }
+}
+
+// Bit e (e < N, N = 8, 16 or 32) set iff word w0 + e of the stream is kept: N / 4 or N / 4 + 1
+// Philox blocks, as w0's alignment needs.
+template <int N>
+__device__ __forceinline__ std::uint32_t keep_run(std::uint64_t seed, std::uint64_t w0, std::uint32_t threshold) {
+  constexpr int kBlocks = N / 4 + 1;
+  const int shift = static_cast<int>(w0 % 4);
+  const std::uint64_t b0 = w0 / 4;
+  std::uint64_t acc = 0;
+#pragma unroll
+  for (int c = 0; c < kBlocks; ++c) {
+    if (c < kBlocks - 1 || shift != 0) {
+      std::uint32_t w[4];
+      rt::philox_block(seed, b0 + c, w);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc |= static_cast<std::uint64_t>((w[r] >> 8) >= threshold) << (4 * c + r);
+    }
+  }
+  const std::uint32_t bits = static_cast<std::uint32_t>(acc >> shift);
+  return N == 32 ? bits : bits & ((1u << N) - 1);
+}
+
+// Keep bits of a warp's 16 rows (queries first_row + r) x NK keys [j0, j0 + NK) for this
+// thread's accumulator elements: bit 4 nt + c of the result belongs to s[nt][c]. Lane l
+// computes row l / 2, keys (l % 2) NK / 2 .. + NK / 2 - 1.
+template <int NK>
+__device__ __forceinline__ std::uint32_t keep_rows(std::uint64_t seed, std::uint64_t offset, std::uint32_t threshold,
+                                                   std::uint64_t first_row /* (b H + h) L + first query */,
+                                                   int k_len, int j0, int lane) {
+  constexpr int kHalf = NK / 2;
+  const std::uint64_t w0 = offset + (first_row + lane / 2) * static_cast<std::uint64_t>(k_len) + j0 + kHalf * (lane % 2);
+  const std::uint32_t mine = keep_run<kHalf>(seed, w0, threshold);
+  const int g = lane / 4, t = lane % 4;
+  const std::uint32_t lo0 = __shfl_sync(kFull, mine, 2 * g), hi0 = __shfl_sync(kFull, mine, 2 * g + 1);
+  const std::uint32_t lo1 = __shfl_sync(kFull, mine, 2 * g + 16), hi1 = __shfl_sync(kFull, mine, 2 * g + 17);
+  std::uint32_t keep = 0;
+#pragma unroll
+  for (int nt = 0; nt < NK / 8; ++nt) {
+    const bool lo = 8 * nt < kHalf;
+    const int sh = 8 * nt + 2 * t - (lo ? 0 : kHalf);
+    const std::uint32_t r0 = (lo ? lo0 : hi0) >> sh, r1 = (lo ? lo1 : hi1) >> sh;
+    keep |= ((r0 & 1) | (r0 & 2) | (r1 & 1) << 2 | (r1 & 2) << 2) << (4 * nt);
+  }
+  return keep;
+}
+
+// Keep bits of a warp's 16 keys [jw, jw + 16) x BQ queries (rows first_row + c): bit 4 nt + c
+// belongs to s[nt][c] of the transposed scores (rows keys g, g + 8; columns queries).
+template <int BQ>
+__device__ __forceinline__ std::uint32_t keep_cols(std::uint64_t seed, std::uint64_t offset, std::uint32_t threshold,
+                                                   std::uint64_t first_row, int k_len, int jw, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const auto word = [&](int c) { return offset + (first_row + c) * static_cast<std::uint64_t>(k_len) + jw; };
+  std::uint32_t keep = 0;
+  if constexpr (BQ == 64) {
+    const std::uint32_t mine = keep_run<16>(seed, word(2 * lane), threshold) |
+                               keep_run<16>(seed, word(2 * lane + 1), threshold) << 16;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const std::uint32_t x = __shfl_sync(kFull, mine, 4 * nt + t);  // columns 8 nt + 2t, + 1
+      keep |= ((x >> g & 1) | (x >> (16 + g) & 1) << 1 | (x >> (8 + g) & 1) << 2 | (x >> (24 + g) & 1) << 3)
+              << (4 * nt);
+    }
+  } else if constexpr (BQ == 32) {
+    const std::uint32_t mine = keep_run<16>(seed, word(lane), threshold);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const std::uint32_t x0 = __shfl_sync(kFull, mine, 8 * nt + 2 * t), x1 = __shfl_sync(kFull, mine, 8 * nt + 2 * t + 1);
+      keep |= ((x0 >> g & 1) | (x1 >> g & 1) << 1 | (x0 >> (8 + g) & 1) << 2 | (x1 >> (8 + g) & 1) << 3) << (4 * nt);
+    }
+  } else {
+    static_assert(BQ == 16);  // lane l: column l / 2, keys 8 (l % 2) .. + 7
+    const std::uint32_t mine = keep_run<8>(seed, word(lane / 2) + 8 * (lane % 2), threshold);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int c = 8 * nt + 2 * t;  // columns c, c + 1
+      const std::uint32_t lo0 = __shfl_sync(kFull, mine, 2 * c), hi0 = __shfl_sync(kFull, mine, 2 * c + 1);
+      const std::uint32_t lo1 = __shfl_sync(kFull, mine, 2 * c + 2), hi1 = __shfl_sync(kFull, mine, 2 * c + 3);
+      keep |= ((lo0 >> g & 1) | (lo1 >> g & 1) << 1 | (hi0 >> g & 1) << 2 | (hi1 >> g & 1) << 3) << (4 * nt);
+    }
+  }
+  return keep;
+}
+
+// ---- shared-memory tiles ---------------------------------------------------------------
+
+// Rows [t0, t0 + ROWS) of one head (row stride st) into tile[ROWS][kPitch<DMAX>], zeros past
+// t_len and dim. vec: 16-byte cp.async (the caller commits and waits); else plain loads, in a
+// loop kept rolled so that its address arithmetic is not hoisted into registers for the whole
+// kernel.
+template <int ROWS, int DMAX, class T>
+__device__ __forceinline__ void load_tile(T* tile, const T* head, std::int64_t st, int t0, int t_len, int dim,
+                                          bool vec) {
+  constexpr int kChunks = DMAX / 8, kN = ROWS * kChunks;
+  static_assert(kN % kThreads == 0);
+  if (vec) {
+#pragma unroll
+    for (int c0 = 0; c0 < kN; c0 += kThreads) {
+      const int c = c0 + static_cast<int>(threadIdx.x), r = c / kChunks, d = (c % kChunks) * 8, t = t0 + r;
+      const bool ok = t < t_len && d < dim;
+      cp_async_16(tile + r * kPitch<DMAX> + d, ok ? head + static_cast<std::int64_t>(t) * st + d : head, ok);
+    }
+  } else {
+#pragma unroll 1
+    for (int c = static_cast<int>(threadIdx.x); c < kN; c += kThreads) {
+      const int r = c / kChunks, d = (c % kChunks) * 8, t = t0 + r;
+      const int n = t < t_len ? min(dim - d, 8) : 0;  // elements of this chunk in range
+      const auto* src = reinterpret_cast<const std::uint16_t*>(head) + static_cast<std::int64_t>(t) * st + d;
+      std::uint32_t w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const std::uint32_t lo = 2 * e < n ? src[2 * e] : 0u, hi = 2 * e + 1 < n ? src[2 * e + 1] : 0u;
+        w[e] = lo | hi << 16;
+      }
+      *reinterpret_cast<uint4*>(tile + r * kPitch<DMAX> + d) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+// n floats src[t0 .. t0 + n) (zeros past t_len) into dst, by threads 0 .. n - 1 of `first`.
+__device__ __forceinline__ void load_floats(float* dst, const float* src, int t0, int t_len, int n, int first) {
+  const int e = static_cast<int>(threadIdx.x) - first;
+  if (e >= 0 && e < n) {
+    const bool ok = t0 + e < t_len;
+    cp_async_4(dst + e, ok ? src + t0 + e : src, ok);
+  }
+}
+
+// An accumulator (16 rows x 8 NT of a warp, times mul[row half]) into the warp's 16 rows of a
+// tile, as T.
+template <class T, int NT, int P>
+__device__ __forceinline__ void stage(T* rows, const float (&acc)[NT][4], float mul0, float mul1, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    *reinterpret_cast<std::uint32_t*>(rows + g * P + 8 * nt + 2 * t) = pack2<T>(acc[nt][0] * mul0, acc[nt][1] * mul0);
+    *reinterpret_cast<std::uint32_t*>(rows + (g + 8) * P + 8 * nt + 2 * t) =
+        pack2<T>(acc[nt][2] * mul1, acc[nt][3] * mul1);
+  }
+}
+
+// The warp's 16 staged rows (rows t0 ..) to global rows < t_len, dims < dim.
+template <int DMAX, class T>
+__device__ __forceinline__ void store_rows(T* head, std::int64_t st, const T* rows, int t0, int t_len, int dim,
+                                           bool vec, int lane) {
+  constexpr int kChunks = DMAX / 8;
+#pragma unroll
+  for (int c0 = 0; c0 < 16 * kChunks; c0 += 32) {
+    const int c = c0 + lane, r = c / kChunks, d = (c % kChunks) * 8, t = t0 + r;
+    if (t >= t_len || d >= dim) continue;
+    const T* src = rows + r * kPitch<DMAX> + d;
+    T* dst = head + static_cast<std::int64_t>(t) * st + d;
+    if (vec) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (d + e < dim) dst[e] = src[e];
+    }
+  }
+}
+
+// ---- warp-level matrix products ----------------------------------------------------------
+
+// A fragments of k-step kk of the warp's 16 rows of a tile.
+template <int P, class T> __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* rows, int kk, int lane) {
+  ldmatrix_x4(a, rows + (lane & 15) * P + 16 * kk + 8 * (lane >> 4));
+}
+
+// Whether 16-column block kk of a tile holds a column of [lo, hi) (warp-uniform): blocks
+// without one are all masked for this warp, and their products are skipped.
+__device__ __forceinline__ bool live(int kk, int lo, int hi) { return 16 * kk + 16 > lo && 16 * kk < hi; }
+
+// acc (16 x 8 NT) += A (16 x 16 KS) X^T, X = rows [0, 8 NT) x dims [0, 16 KS) of tile x; the
+// 16-row blocks of x outside [lo, hi) are skipped (their acc columns stay as they are).
+// A from registers (REGS) or from the warp's 16 rows of a tile.
+template <bool REGS, int KS, int NT, int P, class T>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const std::uint32_t (&areg)[REGS ? KS : 1][4],
+                                        const T* arows, const T* x, int lane, int lo, int hi) {
+  const T* base = x + ((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1);
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    std::uint32_t a[4];
+    if constexpr (REGS) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a[e] = areg[kk][e];
+    } else {
+      load_a<P>(a, arows, kk, lane);
+    }
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      if (!live(np, lo, hi)) continue;
+      std::uint32_t f[4];
+      ldmatrix_x4(f, base + 16 * np * P + 16 * kk);
+      mma_16816<T>(acc[2 * np], a, f[0], f[1]);
+      mma_16816<T>(acc[2 * np + 1], a, f[2], f[3]);
+    }
+  }
+}
+
+// acc (16 x 8 NT) += a (16 x 16) X, X = rows [0, 16) x [0, 8 NT) of x (ldmatrix.trans).
+template <int NT, int P, class T>
+__device__ __forceinline__ void mma_ab(float (&acc)[NT][4], const std::uint32_t (&a)[4], const T* x, int lane) {
+  const T* base = x + (lane & 15) * P + 8 * (lane >> 4);
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    std::uint32_t f[4];
+    ldmatrix_x4_trans(f, base + 16 * np);
+    mma_16816<T>(acc[2 * np], a, f[0], f[1]);
+    mma_16816<T>(acc[2 * np + 1], a, f[2], f[3]);
+  }
+}
+
+// Columns [16 kk, 16 kk + 16) of an accumulator as the A operand of the next product.
+template <class T, int NT>
+__device__ __forceinline__ void acc_to_a(std::uint32_t (&a)[4], const float (&acc)[NT][4], int kk) {
+  a[0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+  a[1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+  a[2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+  a[3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+}
+
+template <int NT> __device__ __forceinline__ void zero(float (&acc)[NT][4]) {
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[n][c] = 0.0f;
+}
+
+// ---- forward -----------------------------------------------------------------------------
+
+template <class T, int DMAX, bool DROP>
+__global__ void __launch_bounds__(kThreads)
+    mma_forward_kernel(Heads<T> out, float* __restrict__ lse, Heads<const T> q, Heads<const T> k, Heads<const T> v,
+                       Dims g, float scale2, bool causal, Dropout drop, bool vec) {
+  constexpr int NK = kKeys<DMAX>, P = kPitch<DMAX>, kTile = kBlock * P, kKT = NK * P;
+  constexpr int KS = DMAX / 16, NT = NK / 8, OT = DMAX / 8;
+  extern __shared__ uint4 smem[];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* kv = sq + kTile;  // buffer i: K at kv + 2 i kKT, V at kv + (2 i + 1) kKT
+
+  const int tiles = (g.q_len + kBlock - 1) / kBlock;
+  const int bh = static_cast<int>(blockIdx.x % static_cast<unsigned>(g.bh));
+  const int qt = tiles - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(g.bh));  // longest rows first
+  const int b = bh / g.heads, h = bh % g.heads;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const int i0 = qt * kBlock, iw = i0 + 16 * warp;  // first query of the block, of the warp
+  const T* qh = q.head(b, h);
+  const T* kh = k.head(b, h);
+  const T* vh = v.head(b, h);
+  const int n_end = causal ? min(g.k_len, i0 + kBlock) : g.k_len;  // no key past the block's last row
+  const int n_tiles = (n_end + NK - 1) / NK;
+
+  load_tile<kBlock, DMAX>(sq, qh, q.st, i0, g.q_len, g.dim, vec);
+  load_tile<NK, DMAX>(kv, kh, k.st, 0, g.k_len, g.dim, vec);
+  load_tile<NK, DMAX>(kv + kKT, vh, v.st, 0, g.k_len, g.dim, vec);
+  cp_async_commit();
+
+  std::uint64_t seed = 0, offset = 0;
+  if constexpr (DROP) dropout_state(drop, seed, offset);
+  const std::uint64_t row0 = static_cast<std::uint64_t>(bh) * g.q_len + iw;  // row of query iw in [B H L]
+
+  std::uint32_t qf[KS][4];
+  float o[OT][4];
+  zero(o);
+  float m[2] = {neg_inf_f(), neg_inf_f()}, l[2] = {0.0f, 0.0f};  // rows grp, grp + 8 of the warp
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int j0 = n * NK;
+    cp_async_wait<0>();
+    __syncthreads();  // tile n is in; every warp is done with tile n - 1, whose buffers refill now
+    if (n + 1 < n_tiles) {
+      T* next = kv + 2 * ((n + 1) & 1) * kKT;
+      load_tile<NK, DMAX>(next, kh, k.st, j0 + NK, g.k_len, g.dim, vec);
+      load_tile<NK, DMAX>(next + kKT, vh, v.st, j0 + NK, g.k_len, g.dim, vec);
+    }
+    cp_async_commit();
+    if (n == 0) {
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) load_a<P>(qf[kk], sq + 16 * warp * P, kk, lane);
+    }
+    const T* ck = kv + 2 * (n & 1) * kKT;
+    const T* cv = ck + kKT;
+    // Keys this warp can see: causal, none past its last row; none past S.
+    const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);
+    std::uint32_t keep = 0;  // (before the scores exist: fewer live registers; none when all are masked)
+    if constexpr (DROP)
+      if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
+    float s[NT][4];
+    zero(s);
+    mma_abt<true, KS, NT, P>(s, qf, sq, ck, lane, 0, hi);
+
+    // Scale to base-2 units, then mask keys past S and (causal) after the row.
+    const bool mask = j0 + NK > g.k_len || (causal && j0 + NK - 1 > iw);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[nt][c] *= scale2;
+        if (mask) {
+          const int j = j0 + 8 * nt + 2 * tig + (c & 1), i = iw + grp + 8 * (c >> 1);
+          if (j >= g.k_len || (causal && j > i)) s[nt][c] = neg_inf_f();
+        }
+      }
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float mx = m[half];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+      const float mu = mx == neg_inf_f() ? 0.0f : mx;  // a row with every key masked so far: p = 0
+      const float alpha = exp2_approx(m[half] - mu);   // 0 while m is -inf
+      m[half] = mx;
+      l[half] *= alpha;
+#pragma unroll
+      for (int ot = 0; ot < OT; ++ot) {
+        o[ot][2 * half] *= alpha;
+        o[ot][2 * half + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(s[nt][2 * half + e] - mu);
+          l[half] += p;
+          s[nt][2 * half + e] = DROP && !((keep >> (4 * nt + 2 * half + e)) & 1) ? 0.0f : p;
+        }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; ++kk) {
+      if (!live(kk, 0, hi)) continue;  // P = 0 there
+      std::uint32_t a[4];
+      acc_to_a<T>(a, s, kk);
+      mma_ab<OT, P>(o, a, cv + 16 * kk * P, lane);
+    }
+  }
+
+  // O / l (times 1 / (1 - p) with dropout), the log-sum-exp, through the warp's rows of sq.
+  float mul[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float sum = l[half];
+    sum += __shfl_xor_sync(kFull, sum, 1);
+    sum += __shfl_xor_sync(kFull, sum, 2);
+    mul[half] = sum > 0 ? (DROP ? drop.scale : 1.0f) / sum : 0.0f;
+    const int i = iw + grp + 8 * half;
+    if (tig == 0 && i < g.q_len)
+      lse[static_cast<std::int64_t>(bh) * g.q_len + i] = (m[half] + log2f(sum)) * kLn2;  // -inf for an empty row
+  }
+  T* rows = sq + 16 * warp * P;  // this warp's own rows: no other warp reads them
+  stage<T, OT, P>(rows, o, mul[0], mul[1], lane);
+  __syncwarp();
+  store_rows<DMAX>(out.head(b, h), out.st, rows, iw, g.q_len, g.dim, vec, lane);
+}
+
+// ---- backward: dq (and delta) -----------------------------------------------------------
+
+template <class T, int DMAX, bool DROP>
+__global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
+    mma_dq_kernel(Heads<T> dq, float* __restrict__ delta, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+                  Heads<const T> v, Heads<const T> out, const float* __restrict__ lse, Dims g, float scale,
+                  float scale2, bool causal, Dropout drop, bool vec) {
+  constexpr int NK = kKeys<DMAX>, P = kPitch<DMAX>, kTile = kBlock * P, kKT = NK * P;
+  constexpr int KS = DMAX / 16, NT = NK / 8, OT = DMAX / 8;
+  constexpr bool REGS = kRegs<DMAX>;
+  static_assert(2 * NK >= kBlock);
+  extern __shared__ uint4 smem[];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* sdo = sq + kTile;
+  T* kv = sdo + kTile;     // buffer i: K at kv + 2 i kKT, V at kv + (2 i + 1) kKT
+  T* so = kv + 2 * kKT;    // O, for delta, in the second buffer before the first prefetch
+
+  const int tiles = (g.q_len + kBlock - 1) / kBlock;
+  const int bh = static_cast<int>(blockIdx.x % static_cast<unsigned>(g.bh));
+  const int qt = tiles - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(g.bh));
+  const int b = bh / g.heads, h = bh % g.heads;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const int i0 = qt * kBlock, iw = i0 + 16 * warp;
+  const T* kh = k.head(b, h);
+  const T* vh = v.head(b, h);
+  const int n_end = causal ? min(g.k_len, i0 + kBlock) : g.k_len;
+  const int n_tiles = (n_end + NK - 1) / NK;
+
+  load_tile<kBlock, DMAX>(sq, q.head(b, h), q.st, i0, g.q_len, g.dim, vec);
+  load_tile<kBlock, DMAX>(sdo, dout.head(b, h), dout.st, i0, g.q_len, g.dim, vec);
+  load_tile<kBlock, DMAX>(so, out.head(b, h), out.st, i0, g.q_len, g.dim, vec);
+  load_tile<NK, DMAX>(kv, kh, k.st, 0, g.k_len, g.dim, vec);
+  load_tile<NK, DMAX>(kv + kKT, vh, v.st, 0, g.k_len, g.dim, vec);
+  cp_async_commit();
+
+  std::uint64_t seed = 0, offset = 0;
+  if constexpr (DROP) dropout_state(drop, seed, offset);
+  const std::uint64_t row0 = static_cast<std::uint64_t>(bh) * g.q_len + iw;
+  const T* my_q = sq + 16 * warp * P;
+  const T* my_do = sdo + 16 * warp * P;
+
+  // lse of rows grp, grp + 8 (base 2; 0 for rows past L, whose results are not stored).
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = iw + grp + 8 * half;
+    lse2[half] = i < g.q_len ? lse[static_cast<std::int64_t>(bh) * g.q_len + i] * kLog2e : 0.0f;
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    // delta of the warp's row lane / 2, dims of half lane % 2, in f32 from the rounded dO and O.
+    constexpr int kChunks = DMAX / 8;
+    const int r = lane / 2;
+    float d = 0;
+#pragma unroll
+    for (int cc = 0; cc < kChunks / 2; ++cc) {
+      const int c = (lane % 2) * (kChunks / 2) + cc;
+      const uint4 x = *reinterpret_cast<const uint4*>(my_do + r * P + 8 * c);
+      const uint4 y = *reinterpret_cast<const uint4*>(so + (16 * warp + r) * P + 8 * c);
+      const std::uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 a = unpack2<T>(xs[e]), bb = unpack2<T>(ys[e]);
+        d = fmaf(a.x, bb.x, d);
+        d = fmaf(a.y, bb.y, d);
+      }
+    }
+    d += __shfl_xor_sync(kFull, d, 1);
+    if (lane % 2 == 0 && iw + r < g.q_len) delta[static_cast<std::int64_t>(bh) * g.q_len + iw + r] = d;
+    dl[0] = __shfl_sync(kFull, d, 2 * grp);
+    dl[1] = __shfl_sync(kFull, d, 2 * grp + 16);
+  }
+  std::uint32_t qf[REGS ? KS : 1][4], dof[REGS ? KS : 1][4];
+  if constexpr (REGS) {
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      load_a<P>(qf[kk], my_q, kk, lane);
+      load_a<P>(dof[kk], my_do, kk, lane);
+    }
+  }
+  float acc[OT][4];
+  zero(acc);
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int j0 = n * NK;
+    cp_async_wait<0>();
+    __syncthreads();  // (n = 0: every warp is done with O, in the buffer that refills now)
+    if (n + 1 < n_tiles) {
+      T* next = kv + 2 * ((n + 1) & 1) * kKT;
+      load_tile<NK, DMAX>(next, kh, k.st, j0 + NK, g.k_len, g.dim, vec);
+      load_tile<NK, DMAX>(next + kKT, vh, v.st, j0 + NK, g.k_len, g.dim, vec);
+    }
+    cp_async_commit();
+    const T* ck = kv + 2 * (n & 1) * kKT;
+    const T* cv = ck + kKT;
+    const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);  // as in the forward
+    std::uint32_t keep = 0;
+    if constexpr (DROP)
+      if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
+    float s[NT][4], dp[NT][4];
+    zero(s);
+    zero(dp);
+    mma_abt<REGS, KS, NT, P>(s, qf, my_q, ck, lane, 0, hi);
+    mma_abt<REGS, KS, NT, P>(dp, dof, my_do, cv, lane, 0, hi);
+    const bool mask = j0 + NK > g.k_len || (causal && j0 + NK - 1 > iw);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int half = c >> 1;
+        float p = exp2_approx(fmaf(s[nt][c], scale2, -lse2[half]));
+        if (mask) {
+          const int j = j0 + 8 * nt + 2 * tig + (c & 1), i = iw + grp + 8 * half;
+          if (j >= g.k_len || (causal && j > i)) p = 0.0f;
+        }
+        float d = dp[nt][c];
+        if constexpr (DROP) d = (keep >> (4 * nt + c)) & 1 ? d * drop.scale : 0.0f;
+        s[nt][c] = p * (d - dl[half]);  // dS
+      }
+
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; ++kk) {
+      if (!live(kk, 0, hi)) continue;  // dS = 0 there
+      std::uint32_t a[4];
+      acc_to_a<T>(a, s, kk);
+      mma_ab<OT, P>(acc, a, ck + 16 * kk * P, lane);
+    }
+  }
+
+  T* rows = sq + 16 * warp * P;
+  stage<T, OT, P>(rows, acc, scale, scale, lane);
+  __syncwarp();
+  store_rows<DMAX>(dq.head(b, h), dq.st, rows, iw, g.q_len, g.dim, vec, lane);
+}
+
+// ---- backward: dk, dv ------------------------------------------------------------------
+
+template <class T, int DMAX, bool DROP>
+__global__ void __launch_bounds__(kThreads)
+    mma_dkdv_kernel(Heads<T> dk, Heads<T> dv, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+                    Heads<const T> v, const float* __restrict__ lse, const float* __restrict__ delta, Dims g,
+                    float scale, float scale2, bool causal, Dropout drop, bool vec) {
+  constexpr int BQ = kQueriesDkdv<DMAX>;
+  constexpr int P = kPitch<DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / 16, NT = BQ / 8, OT = DMAX / 8;
+  constexpr bool REGS = kRegs<DMAX> && !DROP;  // (with dropout's Philox, registers for K, V spill)
+  extern __shared__ uint4 smem[];
+  T* sk = reinterpret_cast<T*>(smem);
+  T* sv = sk + kKTile;
+  T* sq = sv + kKTile;      // two buffers
+  T* sdo = sq + 2 * kQTile;  // two buffers
+  float* slse = reinterpret_cast<float*>(sdo + 2 * kQTile);  // two buffers of BQ
+  float* sdelta = slse + 2 * BQ;                             // two buffers of BQ
+
+  const int bh = static_cast<int>(blockIdx.x % static_cast<unsigned>(g.bh));
+  const int kt = static_cast<int>(blockIdx.x / static_cast<unsigned>(g.bh));  // causal: most query tiles first
+  const int b = bh / g.heads, h = bh % g.heads;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int grp = lane / 4, tig = lane % 4;
+  const int j0 = kt * kBlock, jw = j0 + 16 * warp;  // first key of the block, of the warp
+  const T* qh = q.head(b, h);
+  const T* doh = dout.head(b, h);
+  const std::int64_t rows0 = static_cast<std::int64_t>(bh) * g.q_len;  // lse/delta index of query 0
+  const float* lse_h = lse + rows0;
+  const float* delta_h = delta + rows0;
+  const int t_first = causal ? j0 / BQ : 0;  // queries before the block's first key see none of its keys
+  const int t_end = (g.q_len + BQ - 1) / BQ;
+
+  load_tile<kBlock, DMAX>(sk, k.head(b, h), k.st, j0, g.k_len, g.dim, vec);
+  load_tile<kBlock, DMAX>(sv, v.head(b, h), v.st, j0, g.k_len, g.dim, vec);
+  if (t_first < t_end) {
+    load_tile<BQ, DMAX>(sq, qh, q.st, t_first * BQ, g.q_len, g.dim, vec);
+    load_tile<BQ, DMAX>(sdo, doh, dout.st, t_first * BQ, g.q_len, g.dim, vec);
+    load_floats(slse, lse_h, t_first * BQ, g.q_len, BQ, 0);
+    load_floats(sdelta, delta_h, t_first * BQ, g.q_len, BQ, BQ);
+  }
+  cp_async_commit();
+
+  std::uint64_t seed = 0, offset = 0;
+  if constexpr (DROP) dropout_state(drop, seed, offset);
+  const T* my_k = sk + 16 * warp * P;
+  const T* my_v = sv + 16 * warp * P;
+
+  std::uint32_t kf[REGS ? KS : 1][4], vf[REGS ? KS : 1][4];
+  float dka[OT][4], dva[OT][4];
+  zero(dka);
+  zero(dva);
+
+  for (int t = t_first; t < t_end; ++t) {
+    const int i0 = t * BQ, buf = (t - t_first) & 1;
+    cp_async_wait<0>();
+    __syncthreads();
+    if (t + 1 < t_end) {
+      const int nb = buf ^ 1;
+      load_tile<BQ, DMAX>(sq + nb * kQTile, qh, q.st, i0 + BQ, g.q_len, g.dim, vec);
+      load_tile<BQ, DMAX>(sdo + nb * kQTile, doh, dout.st, i0 + BQ, g.q_len, g.dim, vec);
+      load_floats(slse + nb * BQ, lse_h, i0 + BQ, g.q_len, BQ, 0);
+      load_floats(sdelta + nb * BQ, delta_h, i0 + BQ, g.q_len, BQ, BQ);
+    }
+    cp_async_commit();
+    if constexpr (REGS) {
+      if (t == t_first) {
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+          load_a<P>(kf[kk], my_k, kk, lane);
+          load_a<P>(vf[kk], my_v, kk, lane);
+        }
+      }
+    }
+    const T* cq = sq + buf * kQTile;
+    const T* cdo = sdo + buf * kQTile;
+    const float* cl = slse + buf * BQ;
+    const float* cd = sdelta + buf * BQ;
+
+    // Queries that see a key of this warp: causal, none before its first key; none past L.
+    const int lo = causal ? jw - i0 : 0, hi = g.q_len - i0;
+    std::uint32_t keep = 0;
+    if constexpr (DROP)
+      if (lo < min(hi, BQ))
+        keep = keep_cols<BQ>(seed, offset, drop.threshold, static_cast<std::uint64_t>(rows0 + i0), g.k_len, jw, lane);
+    float s[NT][4], dp[NT][4];  // transposed: rows keys grp, grp + 8 of the warp; columns queries
+    zero(s);
+    zero(dp);
+    mma_abt<REGS, KS, NT, P>(s, kf, my_k, cq, lane, lo, hi);
+    mma_abt<REGS, KS, NT, P>(dp, vf, my_v, cdo, lane, lo, hi);
+    const bool mask = i0 + BQ > g.q_len || (causal && jw + 15 > i0);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 ls = *reinterpret_cast<const float2*>(cl + 8 * nt + 2 * tig);
+      const float2 de = *reinterpret_cast<const float2*>(cd + 8 * nt + 2 * tig);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int e = c & 1;
+        float p = exp2_approx(fmaf(s[nt][c], scale2, -(e ? ls.y : ls.x) * kLog2e));
+        if (mask) {
+          const int i = i0 + 8 * nt + 2 * tig + e, j = jw + grp + 8 * (c >> 1);
+          if (i >= g.q_len || (causal && j > i)) p = 0.0f;
+        }
+        float d = dp[nt][c], pz = p;
+        if constexpr (DROP) {
+          const bool kept = (keep >> (4 * nt + c)) & 1;
+          d = kept ? d * drop.scale : 0.0f;
+          pz = kept ? p * drop.scale : 0.0f;
+        }
+        dp[nt][c] = p * (d - (e ? de.y : de.x));  // dS^T
+        s[nt][c] = pz;                            // (P o Z)^T
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) {
+      if (!live(kk, lo, hi)) continue;  // P o Z = dS = 0 there
+      std::uint32_t a[4];
+      acc_to_a<T>(a, s, kk);
+      mma_ab<OT, P>(dva, a, cdo + 16 * kk * P, lane);
+      acc_to_a<T>(a, dp, kk);
+      mma_ab<OT, P>(dka, a, cq + 16 * kk * P, lane);
+    }
+  }
+
+  cp_async_wait<0>();  // (no query tile: K and V, loaded by every warp, may still be landing)
+  __syncthreads();
+  T* krows = sk + 16 * warp * P;  // this warp's own rows of K and V: no other warp reads them
+  T* vrows = sv + 16 * warp * P;
+  stage<T, OT, P>(krows, dka, scale, scale, lane);
+  stage<T, OT, P>(vrows, dva, 1.0f, 1.0f, lane);
+  __syncwarp();
+  store_rows<DMAX>(dk.head(b, h), dk.st, krows, jw, g.k_len, g.dim, vec, lane);
+  store_rows<DMAX>(dv.head(b, h), dv.st, vrows, jw, g.k_len, g.dim, vec, lane);
+}
+
+// ---- launches ----------------------------------------------------------------------------
+
+// Calls f.template operator()<T, DMAX>() for bf16/f16 and the smallest of 32, 64, 128 >= dim.
+template <class F> int with_mma_types(DType dtype, int dim, F&& f) {
+  const auto by_dim = [&]<class T>() {
+    if (dim <= 32) return f.template operator()<T, 32>();
+    if (dim <= 64) return f.template operator()<T, 64>();
+    return f.template operator()<T, 128>();
+  };
+  if (dtype == DType::bf16) return by_dim.template operator()<__nv_bfloat16>();
+  if (dtype == DType::f16) return by_dim.template operator()<__half>();
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+// 16-byte loads and stores of whole 8-element chunks are possible for every row.
+bool vectorizable(const Operand& o) {
+  return o.sizes[3] % 8 == 0 && o.strides[0] % 8 == 0 && o.strides[1] % 8 == 0 && o.strides[2] % 8 == 0 &&
+         reinterpret_cast<std::uintptr_t>(o.data) % 16 == 0;
+}
+
+Dims dims_of(const Operand& q, const Operand& k) {
+  return {static_cast<int>(q.sizes[0] * q.sizes[1]), static_cast<int>(q.sizes[1]), static_cast<int>(q.sizes[2]),
+          static_cast<int>(k.sizes[2]), static_cast<int>(q.sizes[3])};
+}
+
+// Lengths, B*H and the grid (B*H times tiles of `tile_len`) within int / gridDim.x.
+bool fits(const Operand& q, const Operand& k, std::int64_t tile_len, int rows) {
+  const std::int64_t bh = q.sizes[0] * q.sizes[1];
+  const std::int64_t tiles = (tile_len + rows - 1) / rows;
+  return q.sizes[2] <= INT32_MAX && k.sizes[2] <= INT32_MAX && bh <= INT32_MAX && bh * tiles <= INT32_MAX;
+}
+
+// Dynamic shared memory past the default 48 KiB must be allowed per kernel (cheap; done at
+// every launch, as the attribute belongs to the current device's instance of the kernel).
+template <class K> cudaError_t allow_smem(K* kernel, std::size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+}  // namespace
+
+int attention_forward_mma(const Operand& out, const Operand& lse, const Operand& q, const Operand& k,
+                          const Operand& v, double scale, bool causal, const AttentionDropout& dropout,
+                          cudaStream_t stream) {
+  return with_mma_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
+    if (!fits(q, k, q.sizes[2], kBlock)) return static_cast<int>(cudaErrorInvalidConfiguration);
+    const Dims g = dims_of(q, k);
+    const bool vec = vectorizable(q) && vectorizable(k) && vectorizable(v) && vectorizable(out);
+    const std::size_t smem = (kBlock + 4 * kKeys<DMAX>) * static_cast<std::size_t>(kPitch<DMAX>) * sizeof(T);
+    auto* kernel = dropout.p > 0 ? mma_forward_kernel<T, DMAX, true> : mma_forward_kernel<T, DMAX, false>;
+    if (cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return static_cast<int>(e);
+    const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
+    kernel<<<blocks, kThreads, smem, stream>>>(heads<T>(out), static_cast<float*>(lse.data), heads<const T>(q),
+                                               heads<const T>(k), heads<const T>(v), g,
+                                               static_cast<float>(scale * 1.4426950408889634), causal,
+                                               dropout_of(dropout), vec);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
+                           const Operand& q, const Operand& k, const Operand& v, const Operand& out,
+                           const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,
+                           void* workspace, cudaStream_t stream) {
+  return with_mma_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
+    constexpr int BQ = kQueriesDkdv<DMAX>, P = kPitch<DMAX>;
+    if (!fits(q, k, q.sizes[2], kBlock) || !fits(q, k, k.sizes[2], kBlock))
+      return static_cast<int>(cudaErrorInvalidConfiguration);
+    const Dims g = dims_of(q, k);
+    const bool vec = vectorizable(q) && vectorizable(k) && vectorizable(v) && vectorizable(out) &&
+                     vectorizable(dout) && vectorizable(dq) && vectorizable(dk) && vectorizable(dv);
+    const bool drop = dropout.p > 0;
+    const Dropout args = dropout_of(dropout);
+    const auto s = static_cast<float>(scale), s2 = static_cast<float>(scale * 1.4426950408889634);
+    auto* delta = static_cast<float*>(workspace);
+    const auto* lse_p = static_cast<const float*>(lse.data);
+
+    const std::size_t dq_smem = (2 * kBlock + 4 * kKeys<DMAX>) * static_cast<std::size_t>(P) * sizeof(T);
+    auto* dq_kernel = drop ? mma_dq_kernel<T, DMAX, true> : mma_dq_kernel<T, DMAX, false>;
+    if (cudaError_t e = allow_smem(dq_kernel, dq_smem); e != cudaSuccess) return static_cast<int>(e);
+    const auto dq_blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
+    dq_kernel<<<dq_blocks, kThreads, dq_smem, stream>>>(heads<T>(dq), delta, heads<const T>(dout), heads<const T>(q),
+                                                        heads<const T>(k), heads<const T>(v), heads<const T>(out),
+                                                        lse_p, g, s, s2, causal, args, vec);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
+
+    const std::size_t kv_smem =
+        (2 * static_cast<std::size_t>(kBlock) + 4 * BQ) * P * sizeof(T) + 4 * BQ * sizeof(float);
+    auto* kv_kernel = drop ? mma_dkdv_kernel<T, DMAX, true> : mma_dkdv_kernel<T, DMAX, false>;
+    if (cudaError_t e = allow_smem(kv_kernel, kv_smem); e != cudaSuccess) return static_cast<int>(e);
+    const auto kv_blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.k_len + kBlock - 1) / kBlock));
+    kv_kernel<<<kv_blocks, kThreads, kv_smem, stream>>>(heads<T>(dk), heads<T>(dv), heads<const T>(dout),
+                                                        heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p,
+                                                        delta, g, s, s2, causal, args, vec);
+    return static_cast<int>(cudaGetLastError());
+  });
+}
+
+}  // namespace brrr::kernels

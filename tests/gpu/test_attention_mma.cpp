@@ -1,0 +1,235 @@
+// The tensor-core kernels of the fused attention (ops/cuda/attention_mma.cu, bf16 and f16)
+// against the f32 SIMT kernel (ops/cuda/attention.cu) on the same rounded inputs and against the
+// CPU composite: head dims 8..128 (the 32/64/128 variants; multiples of 8 take the cp.async
+// loads, other dims and views whose strides are not multiples of 8 the element-wise ones),
+// L != S and lengths that are not multiples of the tiles, causal and not, q/k/v/dout as
+// transposed ([B, T, H, D] memory) and unaligned views (out, dq, dk, dv are always
+// [B, L, H, D] views); dropout p 0.1 and 0.5 against the SIMT kernel and the CPU composite from
+// one seed (values, gradients, the generator's state, the mask bit for bit); the backward bit
+// for bit the same on two runs. Tolerances: the `attention` row of tests/tolerances.hpp
+// (relative to the largest |want|, as in test_attention_parity.cpp). Skipped without a device.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/gpu/gpu_helpers.hpp"
+import brrr;
+
+#include "tests/tensor/helpers.hpp"
+#include "tests/tolerances.hpp"
+
+using namespace brrr;
+using namespace test;
+
+namespace {
+
+Tensor randn64(Shape shape) { return randn(std::move(shape), {.dtype = DType::f64}); }
+
+// The attention row for results in dt, its atol relative to the largest |want|.
+testing::CloseOptions tol(DType dt, const Tensor& want) {
+  const Tol t = tolerance(Computed::attention, dt);
+  const double peak = want.numel() ? amax(abs(want.to(DType::f64)), {}).item<double>() : 0.0;
+  return {.rtol = t.rtol, .atol = t.atol * std::max(peak, 1.0)};
+}
+
+struct Dims {
+  std::int64_t b, h, l, s, d;
+};
+
+// How q, k, v and the output gradient are laid out in memory.
+enum class QkvLayout {
+  contiguous,  // [B, H, T, D]
+  bthd,        // transposed views of [B, T, H, D] memory (heads split from one projection)
+  unaligned,   // the last D of a [B, H, T, D + 1] tensor: strides not multiples of 8, base off by 2 bytes
+};
+const char* layout_name(QkvLayout l) {
+  return l == QkvLayout::contiguous ? "contiguous" : l == QkvLayout::bthd ? "bthd" : "unaligned";
+}
+
+// x as a view of `lay` over a fresh tensor on dev in dtype dt: {the leaf (memory), the view}.
+std::pair<Tensor, Tensor> laid_out(const Tensor& x, QkvLayout lay, DType dt, Device dev, bool grad) {
+  Tensor xd = x.to(dt).to(dev);
+  Tensor base;
+  if (lay == QkvLayout::bthd) base = xd.transpose(1, 2).contiguous();
+  else if (lay == QkvLayout::unaligned) base = cat({zeros({x.size(0), x.size(1), x.size(2), 1}, {.dtype = dt, .device = dev}), xd}, -1);
+  else base = xd.contiguous();
+  base = base.detach();
+  if (grad) base.requires_grad_();
+  Tensor view = lay == QkvLayout::bthd ? base.transpose(1, 2) : lay == QkvLayout::unaligned ? base.narrow(-1, 1, x.size(3)) : base;
+  return {base, view};
+}
+
+// The gradient of a leaf made by laid_out, as [B, H, T, D].
+Tensor grad_of(const Tensor& base, QkvLayout lay, std::int64_t d) {
+  Tensor g = base.grad();
+  return lay == QkvLayout::bthd ? g.transpose(1, 2) : lay == QkvLayout::unaligned ? g.narrow(-1, 1, d) : g;
+}
+
+struct Result {
+  Tensor y, dq, dk, dv;  // f32 (f64 for f64) on the CPU, [B, H, T, D]
+  std::vector<float> next;  // the generator's next rand({17}) on dev after forward + backward
+};
+
+// scaled_dot_product_attention of q, k, v (values as given, converted to dt) on dev, forward
+// and backward with upstream gradient g; from manual_seed(seed) when given.
+Result run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, DType dt, Device dev, QkvLayout lay,
+           SdpaOptions o, std::optional<std::uint64_t> seed = std::nullopt) {
+  auto [qb, qv] = laid_out(q, lay, dt, dev, true);
+  auto [kb, kv] = laid_out(k, lay, dt, dev, true);
+  auto [vb, vv] = laid_out(v, lay, dt, dev, true);
+  auto [gb, gv] = laid_out(g, lay, dt, dev, false);
+  if (seed) manual_seed(*seed);
+  Tensor y = scaled_dot_product_attention(qv, kv, vv, o);
+  y.backward(gv);
+  Result r;
+  if (seed) r.next = rand({17}, {.device = dev}).to(Device::cpu()).to_host<float>();
+  const DType out = dt == DType::f64 ? DType::f64 : DType::f32;
+  const std::int64_t d = q.size(3);
+  r.y = y.detach().to(Device::cpu()).to(out);
+  r.dq = grad_of(qb, lay, d).to(Device::cpu()).to(out);
+  r.dk = grad_of(kb, lay, d).to(Device::cpu()).to(out);
+  r.dv = grad_of(vb, lay, d).to(Device::cpu()).to(out);
+  return r;
+}
+
+// got (in dt) against want: output and the three gradients, finite and within the attention row.
+void check_close(const Result& got, const Result& want, DType dt, const char* against) {
+  INFO("against ", against);
+  const Tensor* pairs[4][2] = {{&got.y, &want.y}, {&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}};
+  const char* names[4] = {"output", "grad q", "grad k", "grad v"};
+  for (int i = 0; i < 4; ++i) {
+    INFO(names[i]);
+    const Tensor g = pairs[i][0]->to(DType::f64), w = pairs[i][1]->to(DType::f64);
+    CHECK(all(isfinite(g)).item<bool>());
+    testing::assert_close(g, w, tol(dt, w));
+  }
+}
+
+std::vector<float> host_f32(const Tensor& t) { return t.to(DType::f32).contiguous().to_host<float>(); }
+
+bool same(const Result& a, const Result& b) {
+  return host_f32(a.y) == host_f32(b.y) && host_f32(a.dq) == host_f32(b.dq) && host_f32(a.dk) == host_f32(b.dk) &&
+         host_f32(a.dv) == host_f32(b.dv);
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core attention (bf16, f16) vs the f32 SIMT kernel and the CPU composite: dims, lengths, layouts") {
+  FRESH_SEED();
+  const std::vector<std::int64_t> dims = {8, 16, 32, 40, 64, 80, 128, 20, 1};
+  const std::vector<Dims> shapes = {
+      {2, 2, 64, 64, 0},   // whole tiles
+      {1, 2, 77, 77, 0},   // partial tiles
+      {2, 1, 100, 37, 0},  // L > S: rows past S see every key
+      {1, 3, 33, 130, 0},  // L < S: causal keys past L are never attended (dK = dV = 0 there)
+  };
+  const QkvLayout layouts[3] = {QkvLayout::contiguous, QkvLayout::bthd, QkvLayout::unaligned};
+  int n = 0;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (std::int64_t d : dims)
+      for (const Dims& sh : shapes)
+        for (bool causal : {false, true}) {
+          const Dims c{sh.b, sh.h, sh.l, sh.s, d};
+          const QkvLayout lay = layouts[n++ % 3];
+          INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)),
+               causal ? ", causal" : "", ", ", layout_name(lay));
+          // Inputs rounded to dt once: every path sees the same values.
+          Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
+          Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+          const SdpaOptions o{.is_causal = causal};
+          const Result mma = run(q, k, v, g, dt, gpu(), lay, o);
+          const Result simt = run(q, k, v, g, DType::f32, gpu(), QkvLayout::contiguous, o);
+          const Result cpu = run(q, k, v, g, DType::f64, Device::cpu(), QkvLayout::contiguous, o);
+          check_close(mma, simt, dt, "the f32 SIMT kernel");
+          check_close(mma, cpu, dt, "the f64 CPU composite");
+        }
+}
+
+TEST_CASE("tensor-core attention dropout vs the f32 SIMT kernel and the CPU composite from one seed") {
+  FRESH_SEED();
+  const std::vector<Dims> shapes = {
+      {1, 2, 77, 77, 64},   // partial tiles (the 64 variant: 64 keys, 64 queries per step)
+      {2, 1, 100, 37, 128}, // L > S (the 128 variant: 32 keys, 16 queries per step)
+      {1, 3, 33, 130, 40},  // L < S, D zero-padded to 64
+      {1, 2, 50, 90, 16},   // the 32 variant
+      {2, 2, 45, 45, 20},   // element-wise loads (D not a multiple of 8)
+  };
+  std::uint64_t s = seed_;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (double p : {0.1, 0.5})
+      for (const Dims& c : shapes)
+        for (bool causal : {false, true}) {
+          ++s;
+          INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)),
+               causal ? ", causal" : "", ", p ", p, ", seed ", s);
+          Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
+          Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+          const SdpaOptions o{.dropout_p = p, .is_causal = causal};
+          const Result mma = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, s);
+          const Result simt = run(q, k, v, g, DType::f32, gpu(), QkvLayout::contiguous, o, s);
+          // The composite draws f32 uniforms for f32: the same words, the same mask.
+          const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, s);
+          check_close(mma, simt, dt, "the f32 SIMT kernel");
+          check_close(mma, cpu, dt, "the f32 CPU composite");
+          CHECK(mma.next == simt.next);  // both advanced the generator by B H L S words
+          CHECK(mma.next == cpu.next);
+        }
+}
+
+TEST_CASE("tensor-core attention dropout: the mask is the SIMT kernel's and the composite's bit for bit") {
+  FRESH_SEED();
+  // With V = [I_S | 0] (S <= D) the output's first S columns are the dropped weights, zero
+  // exactly where an element was dropped (or is causal-masked). bf16 keeps every kept weight
+  // nonzero (its exponent range is f32's).
+  for (Dims c : {Dims{2, 3, 50, 40, 40}, Dims{1, 2, 70, 64, 64}, Dims{1, 1, 9, 30, 32}, Dims{1, 2, 33, 100, 128},
+                 Dims{2, 2, 130, 20, 20}})
+    for (double p : {0.1, 0.5})
+      for (bool causal : {false, true}) {
+        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, causal ? ", causal" : "", ", p ", p);
+        Tensor q = randn({c.b, c.h, c.l, c.d}).to(DType::bf16).to(DType::f32);
+        Tensor k = randn({c.b, c.h, c.s, c.d}).to(DType::bf16).to(DType::f32);
+        const TensorOptions i64{.dtype = DType::i64};
+        Tensor v = eq(arange(c.s, i64).unsqueeze(1), arange(c.d, i64).unsqueeze(0))
+                       .to(DType::f32)
+                       .expand({c.b, c.h, c.s, c.d})
+                       .contiguous();
+        const SdpaOptions o{.dropout_p = p, .is_causal = causal};
+        auto zeros_of = [&](DType dt, Device dev) {
+          manual_seed(seed_ + 1);
+          Tensor y = scaled_dot_product_attention(q.to(dt).to(dev), k.to(dt).to(dev), v.to(dt).to(dev), o);
+          std::vector<float> x = host_f32(y.narrow(-1, 0, c.s).to(Device::cpu()));
+          std::vector<bool> z(x.size());
+          for (std::size_t i = 0; i < x.size(); ++i) z[i] = x[i] == 0.0f;
+          return z;
+        };
+        const std::vector<bool> mma = zeros_of(DType::bf16, gpu());
+        const std::vector<bool> simt = zeros_of(DType::f32, gpu());
+        const std::vector<bool> cpu = zeros_of(DType::f32, Device::cpu());
+        CHECK(mma == simt);
+        CHECK(mma == cpu);
+        std::int64_t dropped = 0;
+        for (bool z : cpu) dropped += z;
+        CHECK(dropped > 0);
+      }
+}
+
+TEST_CASE("tensor-core attention backward is deterministic: two runs bit for bit") {
+  FRESH_SEED();
+  for (Dims c : {Dims{2, 3, 200, 200, 64}, Dims{1, 2, 150, 170, 128}, Dims{2, 2, 99, 99, 32}})
+    for (DType dt : {DType::bf16, DType::f16})
+      for (double p : {0.0, 0.2}) {
+        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)), ", p ", p);
+        Tensor q = randn64({c.b, c.h, c.l, c.d}), k = randn64({c.b, c.h, c.s, c.d});
+        Tensor v = randn64({c.b, c.h, c.s, c.d}), g = randn64({c.b, c.h, c.l, c.d});
+        const SdpaOptions o{.dropout_p = p, .is_causal = true};
+        const Result a = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, seed_ + 7);
+        const Result b = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, seed_ + 7);
+        CHECK(same(a, b));
+      }
+}
