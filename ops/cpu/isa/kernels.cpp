@@ -3,8 +3,8 @@
 // file and every inline function it calls outside kernels.inc stay baseline: nothing built
 // for AVX-512 can be picked by the linker for baseline code), and the run-time choice.
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): no level fuses a * b + c,
-// so all levels give the same bits (the normals' fused multiply-adds are explicit std::fma
-// calls: an instruction at avx2/avx512, glibc's correctly rounded fmaf at the baseline).
+// so all levels give the same bits (exp's and the normals' fused multiply-adds are explicit:
+// an instruction at avx2/avx512, glibc's correctly rounded fmaf at the baseline).
 #include "ops/cpu/isa/kernels.hpp"
 
 #include <math.h>
