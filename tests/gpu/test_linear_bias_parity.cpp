@@ -264,7 +264,8 @@ TEST_CASE("gpu linear with a bias: N-D and 1-D inputs, empty dims") {
       xs.push_back(in);
       INFO("dtype ", std::string(to_string(dtype)), " x ", to_string(xs));
       Tensor x_cpu = make(dtype, normal_values(rng, numel_of(xs)), xs);
-      Tensor x = x_cpu.to(gpu()), w = w_cpu.to(gpu()), b = b_cpu.to(gpu());
+      // w_cpu and b_cpu require grad after the first shape: their copies must be fresh leaves
+      Tensor x = x_cpu.to(gpu()), w = w_cpu.detach().to(gpu()), b = b_cpu.detach().to(gpu());
       for (Tensor* t : {&x_cpu, &w_cpu, &b_cpu, &x, &w, &b}) {
         t->set_grad(Tensor());
         t->requires_grad_();
@@ -293,7 +294,7 @@ TEST_CASE("gpu linear with a bias: N-D and 1-D inputs, empty dims") {
     }
     // k = 0: the output is the bias in every row; the bias gradient the column sums of g
     const TensorOptions o{.dtype = dtype, .device = gpu()};
-    Tensor bk = b_cpu.to(gpu());
+    Tensor bk = b_cpu.detach().to(gpu());
     CHECK(values(addmm(bk, empty({2, 0}, o), empty({0, out}, o))) == [&] {
       V r = values(b_cpu);
       r.insert(r.end(), r.begin(), r.end());
