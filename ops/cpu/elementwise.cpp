@@ -1,6 +1,7 @@
 // CPU kernels of the elementwise ops: unary, binary (tensor-tensor and tensor-scalar) and
 // where. The math is ops/elementwise_math.hpp, shared with the CUDA kernels, except f32 exp:
-// exp_f32 (ops/cpu/loops.hpp), vectorised for the CPU's capability (ops/cpu/isa).
+// exp_f32 (ops/cpu/loops.hpp) through the CPU capability's vector kernel (ops/cpu/isa), also
+// for strided operands.
 // Contiguous operands of one shape take a flat loop split over the intra-op pool.
 module;
 #include <cmath>
@@ -56,8 +57,23 @@ template <UnaryOp OP> void unary_loop(const Operand& out, const Operand& in, dou
           const auto exp_array = isa().exp_f32;
           cpu::parallel_for(out.numel, elementwise_grain,
                             [&](std::int64_t i0, std::int64_t i1) { exp_array(x + i0, o + i0, i1 - i0); });
-        } else {
-          for_each(ops, [&](const std::int64_t* off) { o[off[0]] = exp_f32(x[off[1]]); });
+        } else {  // strided: gathered in blocks through the same vector kernel (exp_f32's bits)
+          const auto exp_array = isa().exp_f32;
+          constexpr int block = 256;
+          float v[block];
+          std::int64_t at[block];
+          int k = 0;
+          auto flush = [&] {
+            exp_array(v, v, k);
+            for (int j = 0; j < k; ++j) o[at[j]] = v[j];
+            k = 0;
+          };
+          for_each(ops, [&](const std::int64_t* off) {
+            v[k] = x[off[1]];
+            at[k] = off[0];
+            if (++k == block) flush();
+          });
+          flush();
         }
         return;
       }

@@ -3,7 +3,7 @@
 // (x86-64-v3) and AVX-512 (F, DQ, BW, VL). Plain header, no module: included by the module
 // units of ops/cpu/ in their global fragment and by the one TU that defines the kernels
 // (ops/cpu/isa/kernels.cpp). Every level computes the same operations in the same order,
-// without contracting a * b + c into an FMA (the normals' FMAs are explicit std::fma calls,
+// without contracting a * b + c into an FMA (exp's and the normals' FMAs are explicit,
 // one rounding at every level), so results are bitwise the same on every CPU; only their
 // speed differs (tests/ops/test_cpu_isa.cpp checks it).
 #pragma once
@@ -18,7 +18,7 @@ enum class Capability { baseline, avx2, avx512 };
 struct IsaKernels {
   Capability capability;
   const char* name;  // "baseline", "avx2", "avx512" (also the BRRR_CPU_CAPABILITY values)
-  /// y[i] = exp(x[i]) for i < n, by exp_f32 (ops/cpu/loops.hpp: within 2 ulps). y may be x.
+  /// y[i] = exp(x[i]) for i < n, exp_f32's bits (ops/cpu/loops.hpp: within 1 ulp). y may be x.
   void (*exp_f32)(const float* x, float* y, std::int64_t n);
   /// softmax (or log_softmax) of each of `rows` rows of `cols` floats at x into y (distinct
   /// arrays): max, exp_f32(x - max) into y with a fused pairwise sum, then one scaling
