@@ -574,8 +574,8 @@ template <class F> void with_op(ReduceOp op, F&& f) {
                      CheckedOp code))                                                                               \
   /* im2col: in [N, C, H, W] -> out [N, C*kh*kw, out_h*out_w] (contiguous); cells in the padding read pad_value. */ \
   X(im2col, (const Operand& out, const Operand& in, const Window2d& w, double pad_value))                           \
-  /* col2im, the adjoint of im2col: in [N, C*kh*kw, L] summed into out [N, C, H, W] (contiguous, zeroed by the      \
-     caller). */                                                                                                    \
+  /* col2im, the adjoint of im2col: out [N, C, H, W] (contiguous, every cell written: the caller need not zero     \
+     it) = the sum of the entries of in [N, C*kh*kw, L] that read each cell. */                                      \
   X(col2im, (const Operand& out, const Operand& in, const Window2d& w))                                             \
   /* Max pooling of in [N, C, H, W] (floating, any strides) into contiguous out [N, C, out_h, out_w] (in's dtype)  \
      and indices (i64, out's shape): the flat index y * W + x of each window's max in its input plane. Windows are  \

@@ -61,7 +61,9 @@ Tensor ops_detail::fold_cols(const Tensor& cols, const backend::Window2d& g) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = zeros({g.n, g.c, g.h, g.w}, {.dtype = cols.dtype(), .device = cols.device()});
+    // col2im writes every cell; zeros only when there are no columns to sum
+    const TensorOptions o{.dtype = cols.dtype(), .device = cols.device()};
+    out = cols.numel() > 0 ? empty({g.n, g.c, g.h, g.w}, o) : zeros({g.n, g.c, g.h, g.w}, o);
     if (cols.numel() > 0)
       backend::backend_for(cols.device()).col2im(backend::output(out, "fold"), backend::input(cols, "fold"), g);
   }

@@ -129,8 +129,8 @@ Tensor ops_detail::conv2d_gemm_input_grad(const Tensor& grad_out, const Tensor& 
   const Geometry geo{win, groups, weight.size(0)};
   const std::int64_t O = geo.out_channels, Og = geo.og(), ckk = geo.ckk(), L = geo.positions(), R = geo.rows();
   const TensorOptions like{.dtype = grad_out.dtype(), .device = grad_out.device()};
-  Tensor gx = zeros({win.n, win.c, win.h, win.w}, like);
-  if (gx.numel() == 0 || L == 0 || O == 0) return gx;
+  if (win.n * win.c * win.h * win.w == 0 || L == 0 || O == 0) return zeros({win.n, win.c, win.h, win.w}, like);
+  Tensor gx = empty({win.n, win.c, win.h, win.w}, like);  // each chunk's col2im writes all of its cells
   const Tensor w = weight.contiguous(), g = grad_out.contiguous();
   const std::int64_t nb = geo.chunk();
   Tensor dcols = empty({nb, R, L}, like);

@@ -84,7 +84,7 @@ void CpuBackend::col2im(const Operand& out, const Operand& in, const Window2d& g
     constexpr bool in_place = std::is_same_v<T, float> || std::is_same_v<T, double>;
     using Acc = std::conditional_t<in_place, T, double>;
     const T* col = static_cast<const T*>(in.data);
-    T* o = static_cast<T*>(out.data);  // contiguous [N, C, H, W], zeroed by the caller
+    T* o = static_cast<T*>(out.data);  // contiguous [N, C, H, W], every cell written here
     const std::int64_t* cs = in.strides;  // [N, C*kh*kw, L]
     const std::int64_t hw = g.h * g.w;
     cpu::parallel_for(g.n * g.c, plane_grain(g), [&](std::int64_t p0, std::int64_t p1) {
@@ -95,9 +95,9 @@ void CpuBackend::col2im(const Operand& out, const Operand& in, const Window2d& g
         if constexpr (in_place) {
           cell = o + p * hw;
         } else {
-          for (std::int64_t k = 0; k < hw; ++k) scratch[k] = load<T>(o[p * hw + k]);
           cell = scratch.data();
         }
+        std::fill(cell, cell + hw, Acc(0));
         for (std::int64_t i = 0; i < g.kh; ++i)
           for (std::int64_t j = 0; j < g.kw; ++j) {
             const T* src = col + n * cs[0] + ((c * g.kh + i) * g.kw + j) * cs[1];

@@ -1,7 +1,8 @@
 // CUDA kernels of the elementwise ops. Math: ops/elementwise_math.hpp (shared with the CPU).
 // Layout handling: dims contiguous in every operand are merged on the host; fully
 // contiguous operands with 16-byte aligned pointers take a vectorised path (16-byte loads
-// and stores per thread); everything else computes each operand's offset from the
+// and stores per thread); binary ops whose innermost dim is contiguous or broadcast take a
+// row path (offsets once per row); everything else computes each operand's offset from the
 // row-major index with 64-bit arithmetic, in a grid-stride loop.
 #include "ops/cuda/common.cuh"
 #include "ops/elementwise_math.hpp"
@@ -82,6 +83,47 @@ __global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
     o[offset_of(out, i)] = f(pa[offset_of(a, i)], pb[offset_of(b, i)]);
 }
 
+// Rows: the innermost dim is contiguous in out and, in a and b, contiguous or broadcast
+// (stride 0: a per-row value, e.g. a bias [1, C, 1, 1] added to [N, C, H, W]). A block takes
+// a row at a time: the operands' row offsets are computed once per row, then the threads walk
+// the row (V elements at a time with 16-byte accesses where `packed`).
+template <class F, class O, class I, int V>
+__global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, std::int64_t inner, bool packed, F f) {
+  const int last = out.ndim - 1;
+  const bool a_row = a.strides[last] == 0, b_row = b.strides[last] == 0;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const std::int64_t base = r * inner;
+    O* o = static_cast<O*>(out.data) + offset_of(out, base);
+    const I* pa = static_cast<const I*>(a.data) + offset_of(a, base);
+    const I* pb = static_cast<const I*>(b.data) + offset_of(b, base);
+    const I a0 = a_row ? pa[0] : I(), b0 = b_row ? pb[0] : I();
+    if (packed) {
+      for (std::int64_t i = std::int64_t(threadIdx.x) * V; i < inner; i += std::int64_t(blockDim.x) * V) {
+        Pack<I, V> va, vb;
+        if (a_row) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) va.v[j] = a0;
+        } else {
+          va = *reinterpret_cast<const Pack<I, V>*>(pa + i);
+        }
+        if (b_row) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) vb.v[j] = b0;
+        } else {
+          vb = *reinterpret_cast<const Pack<I, V>*>(pb + i);
+        }
+        Pack<O, V> vr;
+#pragma unroll
+        for (int j = 0; j < V; ++j) vr.v[j] = f(va.v[j], vb.v[j]);
+        *reinterpret_cast<Pack<O, V>*>(o + i) = vr;
+      }
+    } else {
+      for (std::int64_t i = threadIdx.x; i < inner; i += blockDim.x)
+        o[i] = f(a_row ? a0 : pa[i], b_row ? b0 : pb[i]);
+    }
+  }
+}
+
 template <class T>
 __global__ void where_strided(Operand out, Operand cond, Operand a, Operand b) {
   T* o = static_cast<T*>(out.data);
@@ -133,6 +175,19 @@ template <BinaryOp OP, class T, class O> struct BinaryScalarF {
 
 // ---- launchers ----
 
+// The row length for map2_rows (0: not that layout): after coalescing, at least two dims, the
+// innermost contiguous in out and contiguous or broadcast in the others, and long enough
+// (>= 64 elements) that a row keeps a block's threads busy.
+template <int N> std::int64_t rows_inner(Operand* (&ops)[N]) {
+  const Operand& out = *ops[0];
+  if (out.ndim < 2 || out.strides[out.ndim - 1] != 1 || out.sizes[out.ndim - 1] < 64) return 0;
+  for (int k = 1; k < N; ++k) {
+    const std::int64_t st = ops[k]->strides[out.ndim - 1];
+    if (st != 0 && st != 1) return 0;
+  }
+  return out.sizes[out.ndim - 1];
+}
+
 template <class O, class I, class F> void launch1(Operand out, Operand in, F f, cudaStream_t s) {
   Operand* ops[2] = {&out, &in};
   coalesce(ops);
@@ -154,6 +209,21 @@ template <class O, class I, class F> void launch2(Operand out, Operand a, Operan
     std::int64_t threads_needed = (out.numel + V - 1) / V;
     map2_vec<F, O, I, V><<<blocks_for(threads_needed), 256, 0, s>>>(
         static_cast<O*>(out.data), static_cast<const I*>(a.data), static_cast<const I*>(b.data), out.numel, f);
+  } else if (const std::int64_t inner = rows_inner(ops); inner > 0) {
+    constexpr int V = vec_width<I, O>();
+    const std::int64_t rows = out.numel / inner;
+    // 16-byte accesses when every row starts 16-byte aligned in each operand it is read from
+    bool packed = inner % V == 0;
+    for (Operand* op : ops) {
+      if (op->strides[op->ndim - 1] == 0) continue;
+      packed = packed && reinterpret_cast<std::uintptr_t>(op->data) % 16 == 0;
+      for (int d = 0; d + 1 < op->ndim; ++d) packed = packed && (op->strides[d] * std::int64_t(sizeof(I))) % 16 == 0;
+    }
+    // a block's threads cover a row (up to 256 of them), whole warps
+    const std::int64_t per_row = packed ? inner / V : inner;
+    const int threads = static_cast<int>(per_row >= 256 ? 256 : (per_row + 31) / 32 * 32);
+    const std::int64_t grid = rows < 65535 ? rows : 65535;
+    map2_rows<F, O, I, V><<<static_cast<unsigned>(grid), threads, 0, s>>>(out, a, b, rows, inner, packed, f);
   } else {
     map2_strided<F, O, I><<<blocks_for(out.numel), 256, 0, s>>>(out, a, b, f);
   }

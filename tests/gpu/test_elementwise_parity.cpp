@@ -268,6 +268,16 @@ TEST_CASE("gpu elementwise: binary ops, every dtype, same layouts and broadcasts
            {"", {1, 1, 1}, [](const Tensor& t) { return t; }}},
           {"step slice with broadcast column", {"", {64, 131}, [](const Tensor& t) { return t.slice(1, 1, 131, 2); }},
            {"", {64, 1}, [](const Tensor& t) { return t; }}},
+          // the row path (innermost dim contiguous or broadcast): a per-channel bias, rows
+          // broadcast over a middle dim, rows whose starts are not 16-byte aligned
+          {"[8, 16, 256] with a bias [1, 16, 1]", {"", {8, 16, 256}, [](const Tensor& t) { return t; }},
+           {"", {1, 16, 1}, [](const Tensor& t) { return t; }}},
+          {"[6, 3, 128] with [6, 1, 128]", {"", {6, 3, 128}, [](const Tensor& t) { return t; }},
+           {"", {6, 1, 128}, [](const Tensor& t) { return t; }}},
+          {"offset rows [8, 257][:, 1:] with [1, 256]", {"", {8, 257}, [](const Tensor& t) { return t.slice(1, 1, 257); }},
+           {"", {1, 256}, [](const Tensor& t) { return t; }}},
+          {"[5, 100] with [5, 1]", {"", {5, 100}, [](const Tensor& t) { return t; }},
+           {"", {5, 1}, [](const Tensor& t) { return t; }}},
       };
       for (const Mix& m : mixes) {
         std::string what = c.name + " " + to_string(dtype) + " " + m.name;
