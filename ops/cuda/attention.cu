@@ -36,6 +36,7 @@
 
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/philox_state.cuh"
 #include "ops/cuda/row_reduce.cuh"
 #include "ops/random_transform.hpp"
 
@@ -78,17 +79,6 @@ struct DropoutArgs {
 
 DropoutArgs dropout_args(const AttentionDropout& d) {
   return {d.seed_offset, d.seed, d.offset, static_cast<float>(d.p), d.p, d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0};
-}
-
-// Seed and first word of this launch's draw.
-__device__ __forceinline__ void dropout_state(const DropoutArgs& d, std::uint64_t& seed, std::uint64_t& offset) {
-  if (d.seed_offset) {
-    seed = d.seed_offset[0];
-    offset = d.seed_offset[1] + d.offset;
-  } else {
-    seed = d.seed;
-    offset = d.offset;
-  }
 }
 
 // Bit e (e < n <= 64) set iff element `first + e` of the [B, H, L, S] probabilities is kept.
@@ -188,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = 0; e < kDpt; ++e) o[e] = 0;
   A m = neg_inf<A>(), l = 0;
   std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) dropout_state(drop, seed, offset);
+  if constexpr (DROP) philox_state(drop, seed, offset);
   const std::uint64_t first = (static_cast<std::uint64_t>(bh) * g.q_len + i) * g.k_len;  // element (b, h, i, 0)
   const A zscale = static_cast<A>(drop.scale);
 
@@ -277,7 +267,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int e = 0; e < kDpt; ++e) acc[e] = 0;
   std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) dropout_state(drop, seed, offset);
+  if constexpr (DROP) philox_state(drop, seed, offset);
   const std::uint64_t first = static_cast<std::uint64_t>(row) * g.k_len;  // element (b, h, i, 0)
   const A zscale = static_cast<A>(drop.scale);
 
@@ -330,7 +320,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int e = 0; e < kDpt; ++e) dkr[e] = dvr[e] = 0;
   std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) dropout_state(drop, seed, offset);
+  if constexpr (DROP) philox_state(drop, seed, offset);
   const A zscale = static_cast<A>(drop.scale);
   const int key0 = tile * ROWS, r = threadIdx.x / TPR;  // this thread's key is key0 + r
 

@@ -69,6 +69,7 @@
 
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/philox_state.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/random_transform.hpp"
 
@@ -133,16 +134,6 @@ Dropout dropout_of(const AttentionDropout& d) {
   const double t = std::ceil(p32 * 16777216.0);
   return {d.seed_offset, d.seed, d.offset, static_cast<std::uint32_t>(t < 16777216.0 ? (t > 0 ? t : 0) : 16777216.0),
           static_cast<float>(d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0)};
-}
-
-__device__ __forceinline__ void dropout_state(const Dropout& d, std::uint64_t& seed, std::uint64_t& offset) {
-  if (d.seed_offset) {
-    seed = d.seed_offset[0];
-    offset = d.seed_offset[1] + d.offset;
-  } else {
-    seed = d.seed;
-    offset = d.offset;
-  }
 }
 
 // Bit e (e < N, N = 8, 16 or 32) set iff word w0 + e of the stream is kept: N / 4 or N / 4 + 1
@@ -404,7 +395,7 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
 
   std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) dropout_state(drop, seed, offset);
+  if constexpr (DROP) philox_state(drop, seed, offset);
   const std::uint64_t row0 = static_cast<std::uint64_t>(bh) * g.q_len + iw;  // row of query iw in [B H L]
 
   std::uint32_t qf[KS][4];
@@ -540,7 +531,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
   cp_async_commit();
 
   std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) dropout_state(drop, seed, offset);
+  if constexpr (DROP) philox_state(drop, seed, offset);
   const std::uint64_t row0 = static_cast<std::uint64_t>(bh) * g.q_len + iw;
   const T* my_q = sq + 16 * warp * P;
   const T* my_do = sdo + 16 * warp * P;
@@ -684,7 +675,7 @@ __global__ void __launch_bounds__(kThreads)
   cp_async_commit();
 
   std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) dropout_state(drop, seed, offset);
+  if constexpr (DROP) philox_state(drop, seed, offset);
   const T* my_k = sk + 16 * warp * P;
   const T* my_v = sv + 16 * warp * P;
 

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/philox_state.cuh"
 #include "ops/random_transform.hpp"
 
 namespace brrr::kernels {
@@ -72,8 +73,8 @@ template <class T> __global__ void transform_capturable(T* out, const std::uint6
 template <class T>
 __global__ void dropout_kernel(T* __restrict__ out, bool* __restrict__ mask, const T* __restrict__ in, std::int64_t n,
                                AttentionDropout d, T keep) {
-  std::uint64_t seed = d.seed, offset = d.offset;
-  if (d.seed_offset) seed = d.seed_offset[0], offset = d.seed_offset[1] + d.offset;
+  std::uint64_t seed, offset;
+  philox_state(d, seed, offset);
   constexpr int per = std::is_same_v<T, double> ? 2 : 4;  // elements per block of 4 words
   const float p32 = static_cast<float>(d.p);
   const std::int64_t groups = (n + per - 1) / per;
