@@ -25,10 +25,19 @@ using namespace ops_detail;
 
 DType ops_detail::dropout_uniform_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
+namespace {
+
+// The inverted-dropout noise of a boolean keep mask: 1 / (1 - p) where kept, else 0, in dtype.
+Tensor noise_of_mask(const Tensor& kept, double p, DType dtype) {
+  const TensorOptions o{.dtype = dtype, .device = kept.device()};
+  return where(kept, full({}, 1.0 / (1.0 - p), o), zeros({}, o));
+}
+
+}  // namespace
+
 Tensor ops_detail::dropout_noise_from(const Tensor& u, double p, DType dtype) {
   NoGradGuard no_grad;
-  return where(ge(u, p), full({}, 1.0 / (1.0 - p), {.dtype = dtype, .device = u.device()}),
-               zeros({}, {.dtype = dtype, .device = u.device()}));
+  return noise_of_mask(ge(u, p), p, dtype);
 }
 
 Tensor ops_detail::dropout_noise(const Tensor& x, const Shape& shape, double p) {
@@ -81,10 +90,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
     autograd::record("DropoutBackward", {x}, {out}, {mask}, [p, dtype = x.dtype()](const autograd::Backward& c) {
       const Tensor& m = c.saved(0);
       const Tensor& g = c.grad();
-      if (autograd::is_grad_enabled() || g.dtype() != dtype) {
-        const TensorOptions o{.dtype = dtype, .device = m.device()};
-        return autograd::Grads{mul(g, where(m, full({}, 1.0 / (1.0 - p), o), zeros({}, o)))};
-      }
+      if (autograd::is_grad_enabled() || g.dtype() != dtype) return autograd::Grads{mul(g, noise_of_mask(m, p, dtype))};
       Tensor gc = g.contiguous();
       Tensor gi = empty(gc.shape(), {.dtype = gc.dtype(), .device = gc.device()});
       if (gc.numel() > 0)
