@@ -176,8 +176,13 @@ enum class GemmOperand : std::uint8_t { a, b };
 ///    beside C: of B, bias_grad[j] = sum_k B[k, j] ([n]); of A, bias_grad[i] = sum_k A[i, k]
 ///    ([m]); accumulated in f32 (f64 for f64; the CPU in f64), zeros for k == 0. A linear
 ///    layer's weight-gradient GEMM gives its bias gradient so.
+/// A and B are of `dtype`; C (and bias_grad) too, unless f32_out.
 struct GemmArgs {
   DType dtype = DType::f32;
+  /// bf16/f16 operands only: C and bias_grad are f32, the f32 accumulation stored unrounded
+  /// (no bias epilogue then). Autocast's linear writes its f32 input's and weight's gradients
+  /// so, without a bf16 result and a cast (ops/linalg.cpp).
+  bool f32_out = false;
   int device = -1;
   std::int64_t batch = 1, m = 0, n = 0, k = 0;
   const void* a = nullptr;
@@ -420,6 +425,14 @@ BRRR_HD constexpr bool is_rounding_division(BinaryOp op) { return kind_of(op) ==
 BRRR_HD constexpr bool is_floating_only(BinaryOp op) { return kind_of(op) == BinaryKind::floating; }
 /// Whether a binary op exists for integers and bool only.
 BRRR_HD constexpr bool is_bitwise(BinaryOp op) { return kind_of(op) == BinaryKind::bitwise; }
+/// Whether `binary` takes a and b of these dtypes as they are (the op layer converts them to
+/// their promoted dtype first otherwise): add, sub, mul and div of f32 with bf16 or f16, in
+/// either order, out f32 (autocast's residual adds: an f32 stream plus a bf16 branch).
+BRRR_HD constexpr bool mixed_float_binary(BinaryOp op, DType a, DType b) {
+  const bool arith = op == BinaryOp::add || op == BinaryOp::sub || op == BinaryOp::mul || op == BinaryOp::div;
+  const auto half = [](DType d) { return d == DType::bf16 || d == DType::f16; };
+  return arith && ((a == DType::f32 && half(b)) || (half(a) && b == DType::f32));
+}
 BRRR_HD constexpr const char* name_of(ReduceOp op) {
   switch (op) {
 #define BRRR_CASE(op, name) BRRR_NAME_CASE(ReduceOp, op, name)
@@ -543,7 +556,8 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* out[i] = f(in[i]); same shape and dtype (p0/p1: clamp's bounds). */                                            \
   X(unary, (UnaryOp op, const Operand& out, const Operand& in, double p0, double p1))                               \
   /* out[i] = f(a[i], b[i]); a and b already broadcast to out's shape (stride 0) and of one dtype; out has that     \
-     dtype (bool for comparisons). */                                                                               \
+     dtype (bool for comparisons). Except (mixed_float_binary): add/sub/mul/div of an f32 operand with a bf16 or    \
+     f16 one, out f32, each operand widened as it is read. */                                                       \
   X(binary, (BinaryOp op, const Operand& out, const Operand& a, const Operand& b))                                  \
   /* out[i] = f(a[i], s) (or f(s, a[i]) when scalar_first); s converted to a's dtype. */                            \
   X(binary_scalar, (BinaryOp op, const Operand& out, const Operand& a, double s, bool scalar_first))                \

@@ -1389,6 +1389,12 @@ Tensor conv_bias_grad(const Tensor& grad_out);
 /// that GEMM (recorded matmul and sum under create_graph). x and w 2-D, bias 1-D or undefined,
 /// one floating dtype on one device, shapes agreeing: the caller (addmm, linear) checks.
 Tensor linear_2d(const Tensor& x, const Tensor& w, const Tensor& bias);
+/// linear under autocast to `low` (bf16/f16) as one node: x [M, K] @ weight [N, K]^T + bias [N]
+/// with x, weight, bias (or undefined) each of f32 or `low` on one device, cast to `low` for
+/// one GEMM (a `low` result, as autocast's linear); backward gives each input's gradient in its
+/// own dtype straight from the GEMMs (f32 results where the input is f32: no bf16 gradient and
+/// cast, GemmArgs::f32_out). The caller (linear) checks the shapes.
+Tensor linear_autocast(const Tensor& x, const Tensor& weight, const Tensor& bias, DType low);
 
 }  // namespace brrr::ops_detail
 

@@ -68,8 +68,10 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (is_rounding_division(op) && compute == DType::boolean) bool_division(op);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   NoGradGuard no_grad;
-  Tensor ca = a.dtype() == compute ? a : a.to(compute);
-  Tensor cb = b.dtype() == compute ? b : b.to(compute);
+  // f32 with bf16/f16 (autocast's residual adds): the kernel widens as it reads.
+  const bool mixed = backend::mixed_float_binary(op, a.dtype(), b.dtype());
+  Tensor ca = mixed || a.dtype() == compute ? a : a.to(compute);
+  Tensor cb = mixed || b.dtype() == compute ? b : b.to(compute);
   Tensor out = empty(shape, {.dtype = is_comparison(op) ? DType::boolean : compute, .device = dev});
   if (out.numel() > 0)
     backend::backend_for(dev).binary(op, backend::output(out, name), backend::input(ca.expand(shape), name),

@@ -101,7 +101,36 @@ Tensor outer(const Tensor& a, const Tensor& b) {
   return mul(a.unsqueeze(1), b.unsqueeze(0));
 }
 
+namespace {
+
+// linear under autocast as one node (ops_detail::linear_autocast): a 2-D weight, each operand
+// f32 or the autocast dtype, shapes agreeing, one device; anything else takes the casts.
+bool autocast_fusable(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const DType low = autocast::dtype();
+  if (low != DType::bf16 && low != DType::f16) return false;
+  const auto ok = [low](const Tensor& t) { return t.dtype() == DType::f32 || t.dtype() == low; };
+  if (!x.defined() || !w.defined() || x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(1) || !ok(x) || !ok(w))
+    return false;
+  if (is_wrapped_number(x) || is_wrapped_number(w) || w.device() != x.device()) return false;
+  if (bias.defined() && (bias.dim() != 1 || bias.size(0) != w.size(0) || !ok(bias) || bias.device() != x.device()))
+    return false;
+  return true;
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if (autocast::is_enabled() && autocast_fusable(input, weight, bias)) {
+    // One node for the casts and the GEMM, whose backward writes f32 gradients directly.
+    NvtxRange range("linear");
+    const DType low = autocast::dtype();
+    AutocastGuard off(low, false);
+    Shape lead(input.shape().begin(), input.shape().end() - 1);
+    Tensor x = input.dim() == 2 ? input : input.reshape({-1, weight.size(1)});
+    Tensor y = ops_detail::linear_autocast(x, weight, bias, low);
+    lead.push_back(weight.size(0));
+    return input.dim() == 2 ? y : y.view(lead);
+  }
   BRRR_AUTOCAST(lower_precision, linear, input, weight, bias);
   NvtxRange range("linear");
   require_defined("linear", input);

@@ -244,18 +244,21 @@ autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Te
 
 // a [m, k] @ b [k, n] (+ bias [n]) by one unrecorded GEMM. With bias_grad, also the sum over
 // k of operand `of` (a: [m], b: [n]) into *bias_grad (no bias then).
+// With f32_out (bf16/f16 a and b): the product and the bias gradient in f32, unrounded.
 Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad, backend::GemmOperand of,
-               const char* op) {
+               const char* op, bool f32_out = false) {
   NoGradGuard no_grad;
   const Device dev = a.device();
   const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor out = empty({m, n}, {.dtype = a.dtype(), .device = dev});
+  const DType out_dtype = f32_out ? DType::f32 : a.dtype();
+  Tensor out = empty({m, n}, {.dtype = out_dtype, .device = dev});
   Operand oa = gemm_operand(a, {}, m, k);
   Operand ob = gemm_operand(b, {}, k, n);
   backend::GemmArgs args;
   args.dtype = a.dtype();
   args.device = dev.is_cuda() ? dev.index() : -1;
   args.allow_tf32 = tf32_allowed.load(std::memory_order_relaxed);
+  args.f32_out = f32_out;
   args.m = m;
   args.n = n;
   args.k = k;
@@ -271,7 +274,7 @@ Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bia
     args.bias = backend::input_data(bias_c, op);
   }
   if (bias_grad != nullptr) {
-    *bias_grad = empty({of == backend::GemmOperand::a ? m : n}, {.dtype = a.dtype(), .device = dev});
+    *bias_grad = empty({of == backend::GemmOperand::a ? m : n}, {.dtype = out_dtype, .device = dev});
     args.bias_grad = backend::output_data(*bias_grad, op);
     args.bias_grad_of = of;
   }
@@ -280,26 +283,42 @@ Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bia
   return out;
 }
 
-// The gradients of x @ w + bias (linear_2d): dx = g w^T, dw = x^T g, dbias = g summed over
-// rows. Without create_graph, dw and dbias come from one GEMM (the bias-gradient epilogue);
-// with it, from recorded matmul and sum.
-autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const Tensor& w) {
+// The dtypes the gradients of linear's x, w and bias are given back in.
+struct GradDtypes {
+  DType x, w, bias;
+};
+
+// The gradients of x @ w + bias (linear_2d, linear_autocast): dx = g w^T, dw = x^T g, dbias =
+// g summed over rows, in `to`'s dtypes. Without create_graph each comes from one GEMM (dbias by
+// the bias-gradient epilogue of dw's), an f32 one straight from bf16/f16 operands (f32_out);
+// with it, from recorded matmul, sum and casts.
+autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const Tensor& w, const GradDtypes& to) {
   autograd::Grads r(3);
   const Tensor& g = c.grad();
   if (!g.defined()) return r;
-  if (c.needs(0)) r[0] = matmul(g, w.t());
+  const auto as = [](Tensor t, DType d) { return t.defined() && t.dtype() != d ? t.to(d) : t; };
   // w the transpose of a contiguous [n, k] (linear's weight.t()): compute that tensor's
   // gradient g^T x, contiguous, and return its transpose (as matmul's rule does).
   const bool w_transposed = w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
-  if (c.needs(1) && c.needs(2) && !autograd::is_grad_enabled()) {
-    Tensor db;
-    r[1] = w_transposed ? gemm_2d(g.t(), x, Tensor(), &db, backend::GemmOperand::a, "linear").t()
-                        : gemm_2d(x.t(), g, Tensor(), &db, backend::GemmOperand::b, "linear");
-    r[2] = db;
+  if (!autograd::is_grad_enabled()) {
+    const bool low = g.dtype() == DType::bf16 || g.dtype() == DType::f16;
+    if (c.needs(0)) r[0] = as(gemm_2d(g, w.t(), Tensor(), nullptr, backend::GemmOperand::b, "linear",
+                                      low && to.x == DType::f32), to.x);
+    if (c.needs(1)) {
+      const bool f32 = low && to.w == DType::f32;
+      Tensor db;
+      Tensor* want_db = c.needs(2) ? &db : nullptr;
+      r[1] = w_transposed ? gemm_2d(g.t(), x, Tensor(), want_db, backend::GemmOperand::a, "linear", f32).t()
+                          : gemm_2d(x.t(), g, Tensor(), want_db, backend::GemmOperand::b, "linear", f32);
+      r[1] = as(r[1], to.w);
+      r[2] = as(db, to.bias);
+    }
+    if (c.needs(2) && !r[2].defined()) r[2] = as(sum(g, {0}), to.bias);
     return r;
   }
-  if (c.needs(1)) r[1] = w_transposed ? matmul(g.t(), x).t() : matmul(x.t(), g);
-  if (c.needs(2)) r[2] = sum(g, {0});
+  if (c.needs(0)) r[0] = as(matmul(g, w.t()), to.x);
+  if (c.needs(1)) r[1] = as(w_transposed ? matmul(g.t(), x).t() : matmul(x.t(), g), to.w);
+  if (c.needs(2)) r[2] = as(sum(g, {0}), to.bias);
   return r;
 }
 
@@ -307,10 +326,29 @@ autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const 
 
 Tensor ops_detail::linear_2d(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Tensor out = gemm_2d(x, w, bias, nullptr, backend::GemmOperand::b, "linear");
-  if (autograd::any_requires_grad({x, w, bias}))
-    autograd::record("AddmmBackward", {x, w, bias}, {out}, {x, w}, [](const autograd::Backward& c) {
-      return linear_rule(c, c.saved(0), c.saved(1));
+  if (autograd::any_requires_grad({x, w, bias})) {
+    const GradDtypes to{x.dtype(), w.dtype(), x.dtype()};
+    autograd::record("AddmmBackward", {x, w, bias}, {out}, {x, w}, [to](const autograd::Backward& c) {
+      return linear_rule(c, c.saved(0), c.saved(1), to);
     });
+  }
+  return out;
+}
+
+Tensor ops_detail::linear_autocast(const Tensor& x, const Tensor& weight, const Tensor& bias, DType low) {
+  // The casts are recorded (as autocast's own): the node below does not go through them, but a
+  // create_graph backward that uses the saved casts reaches x and weight through them.
+  const auto cast = [low](const Tensor& t) { return !t.defined() || t.dtype() == low ? t : t.to(low); };
+  const Tensor xb = cast(x), wt = cast(weight).t(), bb = cast(bias);
+  Tensor out = gemm_2d(xb, wt, bb, nullptr, backend::GemmOperand::b, "linear");
+  if (autograd::any_requires_grad({x, weight, bias})) {
+    const GradDtypes to{x.dtype(), weight.dtype(), bias.defined() ? bias.dtype() : low};
+    autograd::record("AddmmBackward", {x, weight, bias}, {out}, {xb, wt}, [to](const autograd::Backward& c) {
+      autograd::Grads r = linear_rule(c, c.saved(0), c.saved(1), to);
+      if (r[1].defined()) r[1] = r[1].t();  // the gradient of weight [N, K], not of its transpose
+      return r;
+    });
+  }
   return out;
 }
 

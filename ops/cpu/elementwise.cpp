@@ -151,6 +151,28 @@ template <BinaryOp OP> void binary_scalar_loop(const Operand& out, const Operand
   });
 }
 
+// add/sub/mul/div of f32 with bf16/f16 into f32 (mixed_float_binary): each operand widened
+// as it is read.
+template <BinaryOp OP, class IA, class IB> void mixed_loop(const Operand& out, const Operand& a, const Operand& b) {
+  auto* o = static_cast<float*>(out.data);
+  const auto* pa = static_cast<const IA*>(a.data);
+  const auto* pb = static_cast<const IB*>(b.data);
+  const auto f = [](IA x, IB y) { return ew::binary<OP, float>(static_cast<float>(load<IA>(x)), static_cast<float>(load<IB>(y))); };
+  const Operand* ops[3] = {&out, &a, &b};
+  if (contiguous_parallel(ops, [&](std::int64_t i) { o[i] = f(pa[i], pb[i]); })) return;
+  for_each(ops, [&](const std::int64_t* off) { o[off[0]] = f(pa[off[1]], pb[off[2]]); });
+}
+
+template <BinaryOp OP> void mixed_binary(const Operand& out, const Operand& a, const Operand& b) {
+  const DType h = a.dtype == DType::f32 ? b.dtype : a.dtype;
+  const auto run = [&]<class H>(H*) {
+    if (a.dtype == DType::f32) mixed_loop<OP, float, H>(out, a, b);
+    else mixed_loop<OP, H, float>(out, a, b);
+  };
+  if (h == DType::bf16) run(static_cast<bfloat16*>(nullptr));
+  else run(static_cast<half*>(nullptr));
+}
+
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Operand& out, const Operand& in, double p0, double p1) {
@@ -158,6 +180,17 @@ void CpuBackend::unary(UnaryOp op, const Operand& out, const Operand& in, double
 }
 
 void CpuBackend::binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b) {
+  if (a.dtype != b.dtype) {
+    if (!mixed_float_binary(op, a.dtype, b.dtype) || out.dtype != DType::f32)
+      throw Error(ErrorKind::dtype, std::string(name_of(op)) + ": operands of dtypes " + to_string(a.dtype) + " and " +
+                                        to_string(b.dtype) + " reached the kernel (the op layer converts them)");
+    switch (op) {
+      case BinaryOp::add: return mixed_binary<BinaryOp::add>(out, a, b);
+      case BinaryOp::sub: return mixed_binary<BinaryOp::sub>(out, a, b);
+      case BinaryOp::mul: return mixed_binary<BinaryOp::mul>(out, a, b);
+      default: return mixed_binary<BinaryOp::div>(out, a, b);
+    }
+  }
   with_op(op, [&]<BinaryOp OP>() { binary_loop<OP>(out, a, b); });
 }
 

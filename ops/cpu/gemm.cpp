@@ -8,7 +8,8 @@
 // dimension, whichever their strides are; an operand that is neither (broadcast rows, say)
 // is gathered into a dense matrix first. f32 and f64 multiply in their own type; bf16 and
 // f16 are widened to f32, multiplied there and rounded once when stored (as cuBLAS does
-// with CUBLAS_COMPUTE_32F). Batch strides may be 0 (a broadcast operand).
+// with CUBLAS_COMPUTE_32F), or stored in f32 unrounded (f32_out). Batch strides may be 0 (a
+// broadcast operand).
 // Epilogues: a bias is written into C first and the product added to it (beta = 1), or, when
 // the caller's beta keeps C, added after it; bf16/f16 add it before their one rounding. A bias
 // gradient is a sum over k of A or B in double, in a fixed order, after the product.
@@ -164,11 +165,12 @@ std::vector<float> widen(const T* p, std::int64_t rows, std::int64_t cols, std::
   return m;
 }
 
-template <class T> void gemm_widened(const GemmArgs& g) {
+// O: T, or float for f32_out (stored unrounded).
+template <class T, class O = T> void gemm_widened(const GemmArgs& g) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
   const T* bias = static_cast<const T*>(g.bias);
-  T* c = static_cast<T*>(g.c);
+  O* c = static_cast<O*>(g.c);
   const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
   std::vector<float> C(static_cast<std::size_t>(g.m * g.n));
   for (std::int64_t i = 0; i < g.batch; ++i) {
@@ -177,12 +179,12 @@ template <class T> void gemm_widened(const GemmArgs& g) {
     product(MatrixView<float>{A.data(), CblasNoTrans, std::max<std::int64_t>(g.k, 1)},
             MatrixView<float>{B.data(), CblasNoTrans, std::max<std::int64_t>(g.n, 1)}, C.data(), g.m, g.n, g.k, 1.0f,
             0.0f, true);
-    T* ci = c + i * g.m * g.n;
+    O* ci = c + i * g.m * g.n;
     for (std::int64_t j = 0; j < g.m * g.n; ++j) {
       float v = alpha * C[j];
       if (g.beta != 0) v += beta * static_cast<float>(ci[j]);
       if (bias != nullptr) v += static_cast<float>(bias[j % g.n]);
-      ci[j] = T(v);
+      ci[j] = O(v);
     }
   }
 }
@@ -199,8 +201,8 @@ template <class T> T from_double(double v) {
 
 // out[i] = sum over q < k of p[i * step + q * k_step], i < len, in double, rounded once; each
 // sum in the order q = 0, 1, ... whatever the split over the pool.
-template <class T>
-void sums_over_k(const T* p, std::int64_t len, std::int64_t k, std::int64_t step, std::int64_t k_step, T* out) {
+template <class T, class O>
+void sums_over_k(const T* p, std::int64_t len, std::int64_t k, std::int64_t step, std::int64_t k_step, O* out) {
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(1, k));
   cpu::parallel_for(len, grain, [&](std::int64_t i0, std::int64_t i1) {
     if (step <= k_step) {  // walk k outside, the sums' dim (the closer one) inside
@@ -209,20 +211,20 @@ void sums_over_k(const T* p, std::int64_t len, std::int64_t k, std::int64_t step
         const T* row = p + q * k_step;
         for (std::int64_t i = i0; i < i1; ++i) acc[static_cast<std::size_t>(i - i0)] += to_double(row[i * step]);
       }
-      for (std::int64_t i = i0; i < i1; ++i) out[i] = from_double<T>(acc[static_cast<std::size_t>(i - i0)]);
+      for (std::int64_t i = i0; i < i1; ++i) out[i] = from_double<O>(acc[static_cast<std::size_t>(i - i0)]);
     } else {
       for (std::int64_t i = i0; i < i1; ++i) {
         double acc = 0;
         for (std::int64_t q = 0; q < k; ++q) acc += to_double(p[i * step + q * k_step]);
-        out[i] = from_double<T>(acc);
+        out[i] = from_double<O>(acc);
       }
     }
   });
 }
 
-// The bias-gradient epilogue (batch 1): the sum over k of A ([m]) or B ([n]).
-template <class T> void write_bias_grad(const GemmArgs& g) {
-  T* out = static_cast<T*>(g.bias_grad);
+// The bias-gradient epilogue (batch 1): the sum over k of A ([m]) or B ([n]), into O.
+template <class T, class O = T> void write_bias_grad(const GemmArgs& g) {
+  O* out = static_cast<O*>(g.bias_grad);
   switch (g.bias_grad_of) {
     case GemmOperand::a:
       return sums_over_k(static_cast<const T*>(g.a), g.m, g.k, g.a_row_stride, g.a_col_stride, out);
@@ -240,6 +242,9 @@ void CpuBackend::gemm(const GemmArgs& args) {
     throw Error(ErrorKind::value, "gemm: the bias epilogues need batch 1, got " + std::to_string(args.batch));
   if (args.bias_grad != nullptr && args.alpha != 1)
     throw Error(ErrorKind::value, "gemm: the bias-gradient epilogue needs alpha 1, got " + std::to_string(args.alpha));
+  if (args.f32_out && ((args.dtype != DType::bf16 && args.dtype != DType::f16) || args.bias != nullptr))
+    throw Error(ErrorKind::dtype, std::string("gemm: an f32 result of ") + to_string(args.dtype) +
+                                      " operands is for bf16/f16 operands without a bias");
   if (args.batch > 0 && args.m > 0 && args.n > 0) {
     constexpr std::int64_t int_max = std::numeric_limits<int>::max();  // cblas takes int dims
     for (std::int64_t v : {args.m, args.n, args.k, std::abs(args.a_row_stride), std::abs(args.a_col_stride),
@@ -251,8 +256,8 @@ void CpuBackend::gemm(const GemmArgs& args) {
     switch (args.dtype) {
       case DType::f32: gemm_native<float>(args); break;
       case DType::f64: gemm_native<double>(args); break;
-      case DType::bf16: gemm_widened<bfloat16>(args); break;
-      case DType::f16: gemm_widened<half>(args); break;
+      case DType::bf16: args.f32_out ? gemm_widened<bfloat16, float>(args) : gemm_widened<bfloat16>(args); break;
+      case DType::f16: args.f32_out ? gemm_widened<half, float>(args) : gemm_widened<half>(args); break;
       case DType::i32: case DType::i64: case DType::boolean:
         throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(args.dtype));
     }
@@ -263,8 +268,8 @@ void CpuBackend::gemm(const GemmArgs& args) {
   switch (args.dtype) {
     case DType::f32: return write_bias_grad<float>(args);
     case DType::f64: return write_bias_grad<double>(args);
-    case DType::bf16: return write_bias_grad<bfloat16>(args);
-    case DType::f16: return write_bias_grad<half>(args);
+    case DType::bf16: return args.f32_out ? write_bias_grad<bfloat16, float>(args) : write_bias_grad<bfloat16>(args);
+    case DType::f16: return args.f32_out ? write_bias_grad<half, float>(args) : write_bias_grad<half>(args);
     case DType::i32: case DType::i64: case DType::boolean:
       throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(args.dtype));
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pack.cuh"
 
 namespace brrr::kernels {
 
@@ -27,10 +28,6 @@ template <class D, class S> __global__ void copy_strided(Operand dst, Operand sr
     else d[offset_of(dst, i)] = narrow_to<D>(widen(s[offset_of(src, i)]));
   }
 }
-
-template <class T, int V> struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
 
 // [rows, cols] with row strides ds, ss (elements) and unit column strides; V elements per
 // thread (cols, ds, ss multiples of V and both pointers aligned to V elements).

@@ -3,8 +3,10 @@
 // contiguous operands with 16-byte aligned pointers take a vectorised path (16-byte loads
 // and stores per thread); binary ops whose innermost dim is contiguous or broadcast take a
 // row path (offsets once per row); everything else computes each operand's offset from the
-// row-major index with 64-bit arithmetic, in a grid-stride loop.
+// row-major index with 64-bit arithmetic, in a grid-stride loop. add/sub/mul/div of f32 with
+// bf16/f16 read each operand in its own dtype (mixed_float_binary): no cast kernel first.
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pack.cuh"
 #include "ops/elementwise_math.hpp"
 
 namespace brrr::kernels {
@@ -20,10 +22,6 @@ template <int N> bool vectorizable(Operand* (&ops)[N]) {
   }
   return true;
 }
-
-template <class T, int V> struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
 
 // Elements per thread on the vector path: 16 bytes of the widest operand type.
 template <class In, class Out> constexpr int vec_width() {
@@ -57,13 +55,14 @@ __global__ void map1_strided(Operand out, Operand in, F f) {
     o[offset_of(out, i)] = f(x[offset_of(in, i)]);
 }
 
-template <class F, class O, class I, int V>
-__global__ void map2_vec(O* out, const I* a, const I* b, std::int64_t n, F f) {
+// Binary kernels read a as IA and b as IB: one dtype, or f32 with bf16/f16 (mixed_float_binary).
+template <class F, class O, class IA, class IB, int V>
+__global__ void map2_vec(O* out, const IA* a, const IB* b, std::int64_t n, F f) {
   std::int64_t stride = std::int64_t(blockDim.x) * gridDim.x * V;
   std::int64_t i = (blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x) * V;
   for (; i + V <= n; i += stride) {
-    Pack<I, V> pa = *reinterpret_cast<const Pack<I, V>*>(a + i);
-    Pack<I, V> pb = *reinterpret_cast<const Pack<I, V>*>(b + i);
+    Pack<IA, V> pa = *reinterpret_cast<const Pack<IA, V>*>(a + i);
+    Pack<IB, V> pb = *reinterpret_cast<const Pack<IB, V>*>(b + i);
     Pack<O, V> r;
 #pragma unroll
     for (int j = 0; j < V; ++j) r.v[j] = f(pa.v[j], pb.v[j]);
@@ -73,11 +72,11 @@ __global__ void map2_vec(O* out, const I* a, const I* b, std::int64_t n, F f) {
     for (; i < n; ++i) out[i] = f(a[i], b[i]);
 }
 
-template <class F, class O, class I>
+template <class F, class O, class IA, class IB>
 __global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
   O* o = static_cast<O*>(out.data);
-  const I* pa = static_cast<const I*>(a.data);
-  const I* pb = static_cast<const I*>(b.data);
+  const IA* pa = static_cast<const IA*>(a.data);
+  const IB* pb = static_cast<const IB*>(b.data);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < out.numel;
        i += std::int64_t(blockDim.x) * gridDim.x)
     o[offset_of(out, i)] = f(pa[offset_of(a, i)], pb[offset_of(b, i)]);
@@ -87,30 +86,32 @@ __global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
 // (stride 0: a per-row value, e.g. a bias [1, C, 1, 1] added to [N, C, H, W]). A block takes
 // a row at a time: the operands' row offsets are computed once per row, then the threads walk
 // the row (V elements at a time with 16-byte accesses where `packed`).
-template <class F, class O, class I, int V>
+template <class F, class O, class IA, class IB, int V>
 __global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, std::int64_t inner, bool packed, F f) {
   const int last = out.ndim - 1;
   const bool a_row = a.strides[last] == 0, b_row = b.strides[last] == 0;
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const std::int64_t base = r * inner;
     O* o = static_cast<O*>(out.data) + offset_of(out, base);
-    const I* pa = static_cast<const I*>(a.data) + offset_of(a, base);
-    const I* pb = static_cast<const I*>(b.data) + offset_of(b, base);
-    const I a0 = a_row ? pa[0] : I(), b0 = b_row ? pb[0] : I();
+    const IA* pa = static_cast<const IA*>(a.data) + offset_of(a, base);
+    const IB* pb = static_cast<const IB*>(b.data) + offset_of(b, base);
+    const IA a0 = a_row ? pa[0] : IA();
+    const IB b0 = b_row ? pb[0] : IB();
     if (packed) {
       for (std::int64_t i = std::int64_t(threadIdx.x) * V; i < inner; i += std::int64_t(blockDim.x) * V) {
-        Pack<I, V> va, vb;
+        Pack<IA, V> va;
+        Pack<IB, V> vb;
         if (a_row) {
 #pragma unroll
           for (int j = 0; j < V; ++j) va.v[j] = a0;
         } else {
-          va = *reinterpret_cast<const Pack<I, V>*>(pa + i);
+          va = *reinterpret_cast<const Pack<IA, V>*>(pa + i);
         }
         if (b_row) {
 #pragma unroll
           for (int j = 0; j < V; ++j) vb.v[j] = b0;
         } else {
-          vb = *reinterpret_cast<const Pack<I, V>*>(pb + i);
+          vb = *reinterpret_cast<const Pack<IB, V>*>(pb + i);
         }
         Pack<O, V> vr;
 #pragma unroll
@@ -159,6 +160,13 @@ template <BinaryOp OP, class T, class O> struct BinaryF {
   }
 };
 
+// f32 with bf16/f16 (mixed_float_binary): each operand widened to f32 as it is read.
+template <BinaryOp OP, class IA, class IB> struct MixedBinaryF {
+  __device__ __forceinline__ float operator()(IA a, IB b) const {
+    return ew::binary<OP, float>(static_cast<float>(load(a)), static_cast<float>(load(b)));
+  }
+};
+
 template <BinaryOp OP, class T, class O> struct BinaryScalarF {
   compute_t<T> s;
   bool scalar_first;
@@ -201,32 +209,59 @@ template <class O, class I, class F> void launch1(Operand out, Operand in, F f, 
   }
 }
 
-template <class O, class I, class F> void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
+template <class O, class IA, class IB = IA, class F>
+void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
   Operand* ops[3] = {&out, &a, &b};
   coalesce(ops);
+  using Wide = std::conditional_t<(sizeof(IA) > sizeof(IB)), IA, IB>;
+  constexpr int V = vec_width<Wide, O>();  // a pack of each operand is at most 16 bytes
   if (vectorizable(ops)) {
-    constexpr int V = vec_width<I, O>();
     std::int64_t threads_needed = (out.numel + V - 1) / V;
-    map2_vec<F, O, I, V><<<blocks_for(threads_needed), 256, 0, s>>>(
-        static_cast<O*>(out.data), static_cast<const I*>(a.data), static_cast<const I*>(b.data), out.numel, f);
+    map2_vec<F, O, IA, IB, V><<<blocks_for(threads_needed), 256, 0, s>>>(
+        static_cast<O*>(out.data), static_cast<const IA*>(a.data), static_cast<const IB*>(b.data), out.numel, f);
   } else if (const std::int64_t inner = rows_inner(ops); inner > 0) {
-    constexpr int V = vec_width<I, O>();
     const std::int64_t rows = out.numel / inner;
-    // 16-byte accesses when every row starts 16-byte aligned in each operand it is read from
+    // Packed accesses when every row starts aligned to its pack in each operand it is read from
     bool packed = inner % V == 0;
-    for (Operand* op : ops) {
+    const std::int64_t bytes[3] = {std::int64_t(sizeof(O)), std::int64_t(sizeof(IA)), std::int64_t(sizeof(IB))};
+    for (int k = 0; k < 3; ++k) {
+      const Operand* op = ops[k];
       if (op->strides[op->ndim - 1] == 0) continue;
-      packed = packed && reinterpret_cast<std::uintptr_t>(op->data) % 16 == 0;
-      for (int d = 0; d + 1 < op->ndim; ++d) packed = packed && (op->strides[d] * std::int64_t(sizeof(I))) % 16 == 0;
+      const std::int64_t pack = bytes[k] * V;
+      packed = packed && reinterpret_cast<std::uintptr_t>(op->data) % pack == 0;
+      for (int d = 0; d + 1 < op->ndim; ++d) packed = packed && (op->strides[d] * bytes[k]) % pack == 0;
     }
     // a block's threads cover a row (up to 256 of them), whole warps
     const std::int64_t per_row = packed ? inner / V : inner;
     const int threads = static_cast<int>(per_row >= 256 ? 256 : (per_row + 31) / 32 * 32);
     const std::int64_t grid = rows < 65535 ? rows : 65535;
-    map2_rows<F, O, I, V><<<static_cast<unsigned>(grid), threads, 0, s>>>(out, a, b, rows, inner, packed, f);
+    map2_rows<F, O, IA, IB, V><<<static_cast<unsigned>(grid), threads, 0, s>>>(out, a, b, rows, inner, packed, f);
   } else {
-    map2_strided<F, O, I><<<blocks_for(out.numel), 256, 0, s>>>(out, a, b, f);
+    map2_strided<F, O, IA, IB><<<blocks_for(out.numel), 256, 0, s>>>(out, a, b, f);
   }
+}
+
+// add/sub/mul/div of f32 with bf16/f16 into f32 (mixed_float_binary; anything else: refused).
+template <BinaryOp OP> void launch_mixed(const Operand& out, const Operand& a, const Operand& b, cudaStream_t s) {
+  const auto half_case = [&]<class H>(H*) {
+    if (a.dtype == DType::f32) launch2<float, float, H>(out, a, b, MixedBinaryF<OP, float, H>{}, s);
+    else launch2<float, H, float>(out, a, b, MixedBinaryF<OP, H, float>{}, s);
+  };
+  const DType h = a.dtype == DType::f32 ? b.dtype : a.dtype;
+  if (h == DType::bf16) half_case(static_cast<__nv_bfloat16*>(nullptr));
+  else half_case(static_cast<__half*>(nullptr));
+}
+
+int mixed_binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b, cudaStream_t s) {
+  if (!mixed_float_binary(op, a.dtype, b.dtype) || out.dtype != DType::f32) return static_cast<int>(cudaErrorInvalidValue);
+  switch (op) {
+    case BinaryOp::add: launch_mixed<BinaryOp::add>(out, a, b, s); break;
+    case BinaryOp::sub: launch_mixed<BinaryOp::sub>(out, a, b, s); break;
+    case BinaryOp::mul: launch_mixed<BinaryOp::mul>(out, a, b, s); break;
+    case BinaryOp::div: launch_mixed<BinaryOp::div>(out, a, b, s); break;
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace
@@ -250,6 +285,7 @@ int unary(UnaryOp op, const Operand& out, const Operand& in, double lo, double h
 int binary(BinaryOp op, const Operand& out, const Operand& a, const Operand& b, int* error_flag, int error_code,
            void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (a.dtype != b.dtype) return mixed_binary(op, out, a, b, s);
   bool ok = true;
   with_op(op, [&]<BinaryOp OP>() {
     dispatch(a.dtype, [&]<class T>(T*) {

@@ -44,6 +44,8 @@
 // take cuBLAS's path too. The cache holds at most max_plans keys (cleared when full).
 // BRRR_GEMM_LOG=1 prints each new plan and whether Lt has a kernel for it.
 //
+// f32_out: bf16/f16 A and B with an f32 C (and bias gradient), cuBLAS's mixed-precision
+// case (CUDA_R_16BF/16F operands, CUDA_R_32F C, CUBLAS_COMPUTE_32F).
 // Compute types: f32 -> CUBLAS_COMPUTE_32F (CUBLAS_COMPUTE_32F_FAST_TF32 when allow_tf32),
 // f64 -> CUBLAS_COMPUTE_64F, bf16/f16 -> CUBLAS_COMPUTE_32F (f32 accumulation, f32 alpha and
 // beta). One cuBLAS and one cuBLASLt handle per device, created on first use and never
@@ -77,7 +79,7 @@ namespace brrr::backend {
 namespace {
 
 // What decides a cuBLASLt plan (see the top): every field of the descriptors, plus alignments.
-using LtKey = std::array<std::int64_t, 17>;
+using LtKey = std::array<std::int64_t, 18>;
 
 struct LtKeyHash {
   std::size_t operator()(const LtKey& key) const noexcept {
@@ -187,23 +189,30 @@ void* workspace_for(DeviceBlas& blas, int device, const StreamPtr& stream) {
   return ws->second.data();
 }
 
-// One GEMM's types (see the top).
+// One GEMM's types (see the top): A and B's, C's (out), alpha/beta's, the accumulation's.
 struct GemmTypes {
-  cudaDataType type = CUDA_R_32F, scale = CUDA_R_32F;
+  cudaDataType type = CUDA_R_32F, out = CUDA_R_32F, scale = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 };
 
 GemmTypes gemm_types(const GemmArgs& g) {
+  const bool half = g.dtype == DType::bf16 || g.dtype == DType::f16;
+  if (g.f32_out && (!half || g.bias != nullptr))
+    throw Error(ErrorKind::dtype, std::string("gemm: an f32 result of ") + to_string(g.dtype) +
+                                      " operands is for bf16/f16 operands without a bias");
   switch (g.dtype) {
     case DType::f32:
-      return {CUDA_R_32F, CUDA_R_32F, g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
-    case DType::f64: return {CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F};
-    case DType::bf16: return {CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F};
-    case DType::f16: return {CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+      return {CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, g.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case DType::f64: return {CUDA_R_64F, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case DType::bf16: return {CUDA_R_16BF, g.f32_out ? CUDA_R_32F : CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case DType::f16: return {CUDA_R_16F, g.f32_out ? CUDA_R_32F : CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
     case DType::i32: case DType::i64: case DType::boolean: break;
   }
   throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(g.dtype));
 }
+
+// C's dtype (and the bias gradient's).
+DType out_dtype(const GemmArgs& g) { return g.f32_out ? DType::f32 : g.dtype; }
 
 // Everything of one call that the Lt and cuBLAS paths share.
 struct Call {
@@ -236,6 +245,7 @@ cublasLtMatrixLayout_t lt_layout(cudaDataType type, const BlasOperand& o, std::i
 LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, const void* vector) {
   const GemmArgs& g = call.g;
   const std::int64_t size = static_cast<std::int64_t>(itemsize(g.dtype));
+  const std::int64_t out_size = static_cast<std::int64_t>(itemsize(out_dtype(g)));
   const LtKey key = {static_cast<std::int64_t>(g.dtype),
                      static_cast<std::int64_t>(call.types.compute),
                      static_cast<std::int64_t>(call.x.op),
@@ -251,8 +261,9 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
                      static_cast<std::int64_t>(epilogue),
                      alignment(g.b, g.batch, g.b_batch_stride * size),
                      alignment(g.a, g.batch, g.a_batch_stride * size),
-                     alignment(g.c, g.batch, g.m * g.n * size),
-                     alignment(vector)};
+                     alignment(g.c, g.batch, g.m * g.n * out_size),
+                     alignment(vector),
+                     static_cast<std::int64_t>(call.types.out)};
   auto found = blas.plans.find(key);
   if (found != blas.plans.end()) return *found->second;
   if (blas.plans.size() >= max_plans) blas.plans.clear();  // descriptors are host-side: safe to drop
@@ -266,7 +277,7 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
   BRRR_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    const std::int32_t bias_type = t.type;
+    const std::int32_t bias_type = t.out;  // the bias gradient's is C's (f32_out: f32)
     BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                      sizeof(bias_type)));
     BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
@@ -274,7 +285,7 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
   }
   plan->x = lt_layout(t.type, call.x, g.k, g.n, g.batch, g.b_batch_stride);
   plan->y = lt_layout(t.type, call.y, g.m, g.k, g.batch, g.a_batch_stride);
-  plan->c = lt_layout(t.type, BlasOperand{CUBLAS_OP_N, g.n}, g.m, g.n, g.batch, g.m * g.n);
+  plan->c = lt_layout(t.out, BlasOperand{CUBLAS_OP_N, g.n}, g.m, g.n, g.batch, g.m * g.n);
 
   cublasLtMatmulPreference_t preference = nullptr;
   BRRR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -308,9 +319,9 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
   }
   if (log_plans()) {
     std::fprintf(stderr,
-                 "brrr gemm plan: %s compute %d, C [%lld, %lld], k %lld, batch %lld, A %s ld %lld, B %s ld %lld, "
+                 "brrr gemm plan: %s%s compute %d, C [%lld, %lld], k %lld, batch %lld, A %s ld %lld, B %s ld %lld, "
                  "epilogue %d, alignment A/B/C/vector %lld/%lld/%lld/%lld -> %s (status %d, %d results)\n",
-                 to_string(g.dtype), static_cast<int>(t.compute), static_cast<long long>(g.m),
+                 to_string(g.dtype), g.f32_out ? " (f32 C)" : "", static_cast<int>(t.compute), static_cast<long long>(g.m),
                  static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.batch),
                  call.y.op == CUBLAS_OP_N ? "N" : "T", static_cast<long long>(call.y.ld),
                  call.x.op == CUBLAS_OP_N ? "N" : "T", static_cast<long long>(call.x.ld), static_cast<int>(epilogue),
@@ -356,12 +367,12 @@ void blas_gemm(DeviceBlas& blas, const Call& call, void* workspace, cudaStream_t
     BRRR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
         blas.handle, call.x.op, call.y.op, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k),
         call.alpha, g.b, type, static_cast<int>(call.x.ld), stride_x, g.a, type, static_cast<int>(call.y.ld),
-        stride_y, call.beta, g.c, type, static_cast<int>(ldc), stride_c, static_cast<int>(g.batch),
+        stride_y, call.beta, g.c, call.types.out, static_cast<int>(ldc), stride_c, static_cast<int>(g.batch),
         call.types.compute, CUBLAS_GEMM_DEFAULT));
   } else {  // the 64-bit API for sizes past INT_MAX
     BRRR_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(blas.handle, call.x.op, call.y.op, g.n, g.m, g.k, call.alpha,
                                                     g.b, type, call.x.ld, stride_x, g.a, type, call.y.ld, stride_y,
-                                                    call.beta, g.c, type, ldc, stride_c, g.batch,
+                                                    call.beta, g.c, call.types.out, ldc, stride_c, g.batch,
                                                     call.types.compute, CUBLAS_GEMM_DEFAULT));
   }
 }
@@ -414,7 +425,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
   if (product) {
     if (g.k == 0 && g.beta == 0) {  // an empty sum: C = 0 (all-zero bits in every float type)
       BRRR_CUDA_CHECK(
-          cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * itemsize(g.dtype), raw_stream));
+          cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * itemsize(out_dtype(g)), raw_stream));
     } else {
       // X over B's memory ([k, n]), Y over A's memory ([m, k]): C^T = op(X) op(Y).
       const Call call{g,
@@ -456,15 +467,15 @@ void CudaBackend::gemm(const GemmArgs& g) {
     const bool of_b = g.bias_grad_of == GemmOperand::b;
     const std::int64_t len = of_b ? g.n : g.m;
     if (len <= 0) return;
-    const Operand dst = operand(g.bias_grad, g.dtype, g.device, {len}, {1});
+    const Operand dst = operand(g.bias_grad, out_dtype(g), g.device, {len}, {1});
     if (g.k == 0) return fill(dst, 0.0);
     // reduce accumulates bf16/f16 in f32 and rounds once into an output of their dtype.
     if (of_b) {  // B [k, n] summed over dim 0
       const Operand in = operand(const_cast<void*>(g.b), g.dtype, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride});
-      reduce(ReduceOp::sum, operand(g.bias_grad, g.dtype, g.device, {1, g.n}, {g.n, 1}), in, 1u, nullptr);
+      reduce(ReduceOp::sum, operand(g.bias_grad, out_dtype(g), g.device, {1, g.n}, {g.n, 1}), in, 1u, nullptr);
     } else {  // A [m, k] summed over dim 1
       const Operand in = operand(const_cast<void*>(g.a), g.dtype, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride});
-      reduce(ReduceOp::sum, operand(g.bias_grad, g.dtype, g.device, {g.m, 1}, {1, 1}), in, 2u, nullptr);
+      reduce(ReduceOp::sum, operand(g.bias_grad, out_dtype(g), g.device, {g.m, 1}, {1, 1}), in, 2u, nullptr);
     }
   }
 }

@@ -125,3 +125,31 @@ TEST_CASE("autocast on CUDA equals autocast on the CPU: fp32 ops and a mixed blo
   CHECK(softmax(matmul(a, a), 1).dtype() == DType::f32);
   CHECK(layer_norm(matmul(a, a), {4}).dtype() == DType::f32);
 }
+
+TEST_CASE("f32 with bf16/f16 on CUDA: one kernel per op, the CPU's bits, every layout path") {
+  manual_seed(2026);
+  for (DType low : {DType::bf16, DType::f16}) {
+    Tensor f = randn({9, 136});
+    // vector path (contiguous), row path (a broadcast row; a broadcast column), strided (a
+    // transposed view), and rows that start unaligned (a slice one element in)
+    const Tensor others[] = {randn({9, 136}, {.dtype = low}), randn({1, 136}, {.dtype = low}),
+                             randn({9, 1}, {.dtype = low}), randn({136, 9}, {.dtype = low}).t(),
+                             randn({9, 137}, {.dtype = low}).narrow(1, 1, 136)};
+    for (const Tensor& h : others) {
+      for (int op = 0; op < 4; ++op) {
+        const auto run = [op](const Tensor& a, const Tensor& b) {
+          switch (op) {
+            case 0: return add(a, b);
+            case 1: return sub(a, b);
+            case 2: return mul(a, b);
+            default: return div(a, b);
+          }
+        };
+        const std::string name = "op " + std::to_string(op) + " f32 with " + to_string(low);
+        Tensor fg = f.to(gpu()), hg = h.to(gpu());
+        check_parity(run(fg, hg), run(f, h), name, {.rtol = 0, .atol = 0});
+        check_parity(run(hg, fg), run(h, f), name + " (low first)", {.rtol = 0, .atol = 0});
+      }
+    }
+  }
+}

@@ -7,6 +7,7 @@
 // training loop learns.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +32,12 @@ bool same_values(const Tensor& a, const Tensor& b) {
   for (std::size_t i = 0; i < x.size(); ++i)
     if (!(x[i] == y[i] || (std::isnan(x[i]) && std::isnan(y[i])))) return false;
   return true;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : values(t)) m = std::max(m, std::abs(v));
+  return m;
 }
 
 }  // namespace
@@ -172,9 +179,80 @@ TEST_CASE("autocast: gradients reach f32 parameters in f32, equal to the explici
       INFO("parameter ", i);
       REQUIRE(p[i].grad().defined());
       CHECK(p[i].grad().dtype() == DType::f32);
-      CHECK(same_values(p[i].grad(), ref[i].grad()));
+      if (i >= 2) {
+        CHECK(same_values(p[i].grad(), ref[i].grad()));  // layer_norm's: the same f32 computation
+      } else {
+        // linear's come from f32 GEMMs of the bf16 operands, the reference's from bf16 GEMMs and
+        // casts: within one bf16 rounding (2^-8 relative) at the gradient's scale.
+        const double scale = max_abs(ref[i].grad());
+        testing::assert_close(p[i].grad(), ref[i].grad(), {.rtol = 0x1p-8, .atol = 0x1p-8 * scale});
+      }
     }
   }
+}
+
+TEST_CASE("autocast: linear gives f32 inputs' gradients straight from f32 GEMMs of the casts") {
+  manual_seed(fresh_seed());
+  const auto f32 = [](const Tensor& t) { return t.to(DType::f32); };
+  for (DType low : {DType::bf16, DType::f16}) {
+    for (bool with_bias : {true, false}) {
+      for (bool low_input : {false, true}) {
+        INFO(to_string(low), " bias ", with_bias, " input already ", to_string(low), " ", low_input);
+        Tensor x = randn({3, 5, 8}, {.dtype = low_input ? low : DType::f32}).requires_grad_();
+        Tensor w = randn({6, 8}).requires_grad_(), b = with_bias ? randn({6}).requires_grad_() : Tensor();
+        Tensor r = randn({3, 5, 6}, {.dtype = low});
+        Tensor h;
+        {
+          AutocastGuard guard(low);
+          h = linear(x, w, b);
+        }
+        CHECK(h.dtype() == low);
+        autograd::backward({h}, {r});
+        // The expected values: the same products of the cast operands, summed in f32.
+        Tensor xl = f32(x.detach().to(low)).reshape({15, 8}), wl = f32(w.detach().to(low)), rf = f32(r).reshape({15, 6});
+        REQUIRE(x.grad().dtype() == x.dtype());
+        REQUIRE(w.grad().dtype() == DType::f32);
+        const testing::CloseOptions o{.rtol = 1e-5, .atol = 1e-5};
+        if (low_input) {  // a bf16/f16 input's gradient is rounded to its dtype, as the unfused op's
+          testing::assert_close(f32(x.grad()), f32(matmul(rf, wl).to(low)).reshape({3, 5, 8}),
+                                {.rtol = low == DType::bf16 ? 0x1p-7 : 0x1p-10, .atol = 1e-3});
+        } else {
+          testing::assert_close(x.grad(), matmul(rf, wl).reshape({3, 5, 8}), o);
+        }
+        testing::assert_close(w.grad(), matmul(rf.t(), xl), o);
+        if (with_bias) {
+          REQUIRE(b.grad().dtype() == DType::f32);
+          testing::assert_close(b.grad(), sum(rf, {0}), o);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("autocast: linear's second derivatives flow through its casts (create_graph)") {
+  manual_seed(fresh_seed());
+  Tensor x0 = randn({4, 8}), w0 = randn({5, 8}), b0 = randn({5}), s = randn({4, 8});
+  const DType low = DType::bf16;
+  // d/dw of sum(dx * s) with dx = d sum(h r)/dx = r w_low: the fused node against explicit casts.
+  Tensor r = randn({4, 5}, {.dtype = low});
+  std::vector<Tensor> got, want;
+  for (bool fused : {true, false}) {
+    Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    Tensor h;
+    if (fused) {
+      AutocastGuard guard(low);
+      h = linear(x, w, b);
+    } else {
+      h = linear(x.to(low), w.to(low), b.to(low));
+    }
+    Tensor dx = autograd::grad({h}, {x}, {r}, true, true)[0];
+    CHECK(dx.dtype() == DType::f32);
+    sum(mul(dx, s)).backward();
+    REQUIRE(w.grad().defined());
+    (fused ? got : want).push_back(w.grad());
+  }
+  const double scale = max_abs(want[0]);
+  testing::assert_close(got[0], want[0], {.rtol = 0x1p-7, .atol = 0x1p-7 * scale});
 }
 
 TEST_CASE("autocast: binary_cross_entropy is refused, the logits form is not") {

@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 import brrr;
 
@@ -136,6 +137,37 @@ TEST_CASE("type promotion in ops: values and dtypes") {
   CHECK(tanh(i32).dtype() == DType::f32);
   CHECK(abs(i64).dtype() == DType::i64);
   CHECK(clamp(i32, 0, 5).dtype() == DType::i32);
+}
+
+TEST_CASE("f32 with bf16/f16: one kernel reads both dtypes, the same bits as widening first") {
+  FRESH_SEED();
+  using Op = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, Op> ops[] = {{"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
+                                            {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
+                                            {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+                                            {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }}};
+  for (DType low : {DType::bf16, DType::f16}) {
+    Tensor f = randn({6, 70});
+    // contiguous, a broadcast row, a broadcast column, a transposed (strided) view
+    const Tensor others[] = {randn({6, 70}, {.dtype = low}), randn({1, 70}, {.dtype = low}),
+                             randn({6, 1}, {.dtype = low}), randn({70, 6}, {.dtype = low}).t()};
+    for (const auto& [name, op] : ops) {
+      for (const Tensor& h : others) {
+        INFO(name, " f32 with ", to_string(low), " of shape ", h.shape());
+        for (bool f32_first : {true, false}) {
+          Tensor got = f32_first ? op(f, h) : op(h, f);
+          Tensor want = f32_first ? op(f, h.to(DType::f32)) : op(h.to(DType::f32), f);
+          REQUIRE(got.dtype() == DType::f32);
+          CHECK(test::values(got) == test::values(want));
+        }
+      }
+    }
+  }
+  // Gradients come back in each operand's dtype.
+  Tensor a = randn({4, 5}).requires_grad_(), b = randn({4, 5}, {.dtype = DType::bf16}).requires_grad_();
+  sum(mul(add(a, b), b)).backward();
+  CHECK(a.grad().dtype() == DType::f32);
+  CHECK(b.grad().dtype() == DType::bf16);
 }
 
 // =========================================================================================
