@@ -1,9 +1,10 @@
-// CpuBackend::gemm: C[b] = alpha * A[b] @ B[b] + beta * C[b] with OpenBLAS's cblas_?gemm.
-// Debian's OpenBLAS is built with DYNAMIC_ARCH: it picks its kernels (Haswell AVX2+FMA,
-// SkylakeX/Cooperlake AVX-512, Zen, ... or a baseline one) from the CPU at run time, so one
-// binary runs the machine's best kernel (docs/architecture.md has the comparison that chose
-// it). OpenBLAS itself runs single-threaded; brrr's pool (ops/cpu/parallel.cpp) splits C
-// into row (or column) blocks, one cblas call each, so GEMM shares the one intra-op pool.
+// CpuBackend::gemm: C[b] = alpha * A[b] @ B[b] + beta * C[b]: f32 (and the f32 product of
+// bf16/f16) with oneDNN's dnnl_sgemm, f64 with OpenBLAS's cblas_dgemm (oneDNN has no f64 GEMM).
+// Both pick their kernels from the CPU at run time (oneDNN JIT-compiles them for the ISA it
+// finds, AVX2 / AVX-512 / AMX; Debian's OpenBLAS is built with DYNAMIC_ARCH), so one binary
+// runs the machine's best kernel (docs/architecture.md has the comparisons that chose them).
+// Neither threads itself: brrr's pool (ops/cpu/parallel.cpp) splits C into row (or column)
+// blocks, one single-threaded call each, so GEMM shares the one intra-op pool.
 // A and B are passed in place as row-major or transposed operands with their leading
 // dimension, whichever their strides are; an operand that is neither (broadcast rows, say)
 // is gathered into a dense matrix first. f32 and f64 multiply in their own type; bf16 and
@@ -15,6 +16,8 @@
 // gradient is a sum over k of A or B in double, in a fixed order, after the product.
 module;
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>  // dnnl_status2str
 #include <strings.h>  // strcasecmp
 
 #include <algorithm>
@@ -33,6 +36,9 @@ module;
 extern "C" {
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
+// The OpenMP runtime Debian's oneDNN is built on (libgomp, linked by CMakeLists.txt); declared
+// here rather than through <omp.h>, which clang would pair with its own libomp.
+void omp_set_num_threads(int);
 }
 module brrr.backend;
 import brrr.tensor;
@@ -71,7 +77,7 @@ void use_one_openblas_thread() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-// A [rows, cols] operand as cblas takes it: row-major (NoTrans) or transposed, leading dim.
+// A [rows, cols] operand as cblas and dnnl_sgemm take it: row-major (NoTrans) or transposed, leading dim.
 template <class T> struct MatrixView {
   const T* data;
   CBLAS_TRANSPOSE trans;
@@ -91,9 +97,28 @@ MatrixView<T> view(const T* p, std::int64_t rows, std::int64_t cols, std::int64_
   return {dense.data(), CblasNoTrans, std::max<std::int64_t>(cols, 1)};
 }
 
+// Debian's oneDNN threads with OpenMP, whose thread count belongs to the calling thread: each
+// thread that multiplies sets its own to 1 before its first call, so oneDNN runs every call on
+// that thread alone and never creates an OpenMP team (the pool is the only source of threads).
+void use_one_omp_thread() {
+  thread_local bool done = false;
+  if (done) return;
+  omp_set_num_threads(1);
+  done = true;
+}
+
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  use_one_omp_thread();
+  // Row-major, as cblas with CblasRowMajor; beta == 0 writes C without reading it (NaN in C
+  // does not survive), as BLAS does.
+  const dnnl_status_t st = dnnl_sgemm(ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', m, n, k, alpha,
+                                      a, lda, b, ldb, beta, c, ldc);
+  if (st != dnnl_success)
+    throw Error(st == dnnl_out_of_memory ? ErrorKind::out_of_memory : ErrorKind::value,
+                std::string("gemm: oneDNN's dnnl_sgemm failed (") + dnnl_status2str(st) + ") for m " +
+                    std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k) + ", lda " +
+                    std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " + std::to_string(ldc));
 }
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
                const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
@@ -104,7 +129,7 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int6
 template <class T>
 void product(const MatrixView<T>& A, const MatrixView<T>& B, T* C, std::int64_t m, std::int64_t n, std::int64_t k,
              T alpha, T beta, bool split) {
-  if (k == 0) {  // cblas would leave C alone for beta == 0; the contract makes it beta * C
+  if (k == 0) {  // a BLAS would leave C alone for beta == 0; the contract makes it beta * C
     for (std::int64_t i = 0; i < m * n; ++i) C[i] = beta == 0 ? T(0) : beta * C[i];
     return;
   }
@@ -123,7 +148,7 @@ void product(const MatrixView<T>& A, const MatrixView<T>& B, T* C, std::int64_t 
   }
 }
 
-// f32 / f64: cblas straight on the operands.
+// f32 / f64: dnnl_sgemm / cblas_dgemm straight on the operands.
 template <class T> void gemm_native(const GemmArgs& g) {
   const T* a = static_cast<const T*>(g.a);
   const T* b = static_cast<const T*>(g.b);
@@ -246,13 +271,13 @@ void CpuBackend::gemm(const GemmArgs& args) {
     throw Error(ErrorKind::dtype, std::string("gemm: an f32 result of ") + to_string(args.dtype) +
                                       " operands is for bf16/f16 operands without a bias");
   if (args.batch > 0 && args.m > 0 && args.n > 0) {
-    constexpr std::int64_t int_max = std::numeric_limits<int>::max();  // cblas takes int dims
+    constexpr std::int64_t int_max = std::numeric_limits<int>::max();  // cblas takes int dims (dgemm; f32 keeps the same limits)
     for (std::int64_t v : {args.m, args.n, args.k, std::abs(args.a_row_stride), std::abs(args.a_col_stride),
                            std::abs(args.b_row_stride), std::abs(args.b_col_stride)})
       if (v > int_max)
         throw Error(ErrorKind::shape,
                     "gemm: dimension or stride " + std::to_string(v) + " exceeds the CPU BLAS's int range");
-    use_one_openblas_thread();
+    if (args.dtype == DType::f64) use_one_openblas_thread();
     switch (args.dtype) {
       case DType::f32: gemm_native<float>(args); break;
       case DType::f64: gemm_native<double>(args); break;
