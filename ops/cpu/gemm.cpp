@@ -39,6 +39,7 @@ void gotoblas_dynamic_quit(void) __attribute__((weak));
 // The OpenMP runtime Debian's oneDNN is built on (libgomp, linked by CMakeLists.txt); declared
 // here rather than through <omp.h>, which clang would pair with its own libomp.
 void omp_set_num_threads(int);
+int omp_get_max_threads(void);
 }
 module brrr.backend;
 import brrr.tensor;
@@ -97,19 +98,28 @@ MatrixView<T> view(const T* p, std::int64_t rows, std::int64_t cols, std::int64_
   return {dense.data(), CblasNoTrans, std::max<std::int64_t>(cols, 1)};
 }
 
-// Debian's oneDNN threads with OpenMP, whose thread count belongs to the calling thread: each
-// thread that multiplies sets its own to 1 before its first call, so oneDNN runs every call on
-// that thread alone and never creates an OpenMP team (the pool is the only source of threads).
-void use_one_omp_thread() {
-  thread_local bool done = false;
-  if (done) return;
-  omp_set_num_threads(1);
-  done = true;
-}
+// Debian's oneDNN threads with OpenMP, whose thread count belongs to the calling thread: for
+// each call the thread's count is set to 1, so oneDNN runs on that thread alone and never
+// creates an OpenMP team (the pool is the only source of threads), then given back, so a
+// program's own OpenMP regions (g++ -fopenmp shares this libgomp) keep their thread count.
+class OneOmpThread {
+ public:
+  OneOmpThread() : previous_(omp_get_max_threads()) {
+    if (previous_ != 1) omp_set_num_threads(1);
+  }
+  ~OneOmpThread() {
+    if (previous_ != 1) omp_set_num_threads(previous_);
+  }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int previous_;
+};
 
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  use_one_omp_thread();
+  const OneOmpThread one_thread;
   // Row-major, as cblas with CblasRowMajor; beta == 0 writes C without reading it (NaN in C
   // does not survive), as BLAS does.
   const dnnl_status_t st = dnnl_sgemm(ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', m, n, k, alpha,
