@@ -49,24 +49,10 @@ int default_threads() {
 
 thread_local bool in_worker = false;
 
-// How long a worker stays awake for the next region before it sleeps: BRRR_POOL_SPIN_US
-// (0 to 10000; 0: sleep at once), 50 by default. Measured on the 2-vCPU build machine
-// (docs/benchmarks.md, issue 18): 50 us took the 2-thread GEMM 128x784x512 from 0.85 ms
-// (bimodal: 0.42 or 0.90) to 0.44, PyTorch's level, and cost ~5 % with the other core busy;
-// 200 us and 1 ms cost more there.
-int worker_spin_us() {
-  if (const char* env = std::getenv("BRRR_POOL_SPIN_US")) {
-    char* end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && v >= 0 && v <= 10000) return static_cast<int>(v);
-  }
-  return 50;
-}
-
 // Spins until done() or 200 us have passed: the caller's wait for chunks that workers are
 // running (they end about when its own do), so that it does not sleep and then wait for its
-// own wake-up. Workers stay awake for jobs only briefly (worker_spin_us): longer spins made
-// the 2-thread GEMM slower with other processes on the machine (docs/benchmarks.md, issue 18).
+// own wake-up. Workers do not spin for jobs: with other processes on the machine that made
+// the 2-thread GEMM slower (docs/benchmarks.md, issue 18).
 template <class Done> void spin_briefly(Done done) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
   do {
@@ -168,21 +154,7 @@ private:
     const auto posted = [&] {
       return stop_.load(std::memory_order_relaxed) || (state_.load(std::memory_order_acquire) >> 32) != seen;
     };
-    const int spin_us = worker_spin_us();
     for (;;) {
-      // Awake for a moment after a region: the next one of a burst of ops (back-to-back
-      // GEMMs, a training step) usually comes within it, and a sleeping worker's wake-up is
-      // what made the 2-thread GEMM bimodal. Short, so a core shared with other processes
-      // loses little.
-      if (spin_us > 0) {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-        while (!posted() && std::chrono::steady_clock::now() < until)
-          for (int i = 0; i < 32 && !posted(); ++i) {
-#if defined(__x86_64__)
-            _mm_pause();
-#endif
-          }
-      }
       {
         std::unique_lock lock(mutex_);
         ++sleeping_;
