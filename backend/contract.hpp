@@ -667,15 +667,19 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* Fused attention (FlashAttention-2) of 4-D [B, H, L|S, D] q, k, v (one floating dtype, last stride 1, D <=     \
      128): out [B, H, L, D] (q's dtype, last stride 1) = softmax(scale q k^T, causal: keys j <= i only) v, and lse \
      [B, H, L] (contiguous, f32; f64 for f64) = each row's log-sum-exp of its scaled scores. S >= 1. With          \
-     dropout.p > 0, out = (P o Z) v with Z the AttentionDropout mask scaled by 1 / (1 - p); lse stays that of P. */ \
+     dropout.p > 0, out = (P o Z) v with Z the AttentionDropout mask scaled by 1 / (1 - p); lse stays that of P.    \
+     allow_tf32 (set_allow_tf32 when the op ran): f32's products may round their operands to TF32 (CUDA). */       \
   X(attention_forward, (const Operand& out, const Operand& lse, const Operand& q, const Operand& k,                 \
-                        const Operand& v, double scale, bool causal, const AttentionDropout& dropout))               \
+                        const Operand& v, double scale, bool causal, const AttentionDropout& dropout,                \
+                        bool allow_tf32))                                                                            \
   /* Its gradients dq, dk, dv (shapes and dtypes of q, k, v; last stride 1) from dout (out's shape), q, k, v, out   \
      and lse as attention_forward wrote them; the probabilities are recomputed from lse and the dropout mask from   \
-     the same `dropout` (dV = (P o Z)^T dO, dP = (dO V^T) o Z, dS = P o (dP - rowsum(dO o O))). */                  \
+     the same `dropout` (dV = (P o Z)^T dO, dP = (dO V^T) o Z, dS = P o (dP - rowsum(dO o O))); allow_tf32 as in   \
+     attention_forward. */                                                                                          \
   X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
                          const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
-                         const Operand& lse, double scale, bool causal, const AttentionDropout& dropout))           \
+                         const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,            \
+                         bool allow_tf32))                                                                          \
   /* Nearest / nearest-exact / (bi,tri)linear / cubic resampling of in [N, C, D, H, W] into out [N, C, OD, OH, OW]  \
      (both contiguous), one floating dtype, accumulated in compute_t; the index and weight math of                 \
      ops/interpolate_math.hpp. */                                                                                    \

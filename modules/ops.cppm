@@ -510,8 +510,9 @@ struct UniqueResult {
 /// (784 != 128)".
 [[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b);
 /// Allow TF32 tensor-core math for f32 matmul on CUDA (10-bit mantissa products, f32
-/// accumulate; ~3e-4 relative error). Off by default, like PyTorch's
-/// torch.backends.cuda.matmul.allow_tf32.
+/// accumulate; ~3e-4 relative error), and for the f32 fused attention
+/// (scaled_dot_product_flash_attention; read when the forward runs, kept for its backward).
+/// Off by default, like PyTorch's torch.backends.cuda.matmul.allow_tf32.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 

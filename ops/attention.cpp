@@ -108,6 +108,7 @@ struct FlashParams {
   double scale;
   bool causal;
   backend::AttentionDropout dropout;  // p == 0: none
+  bool allow_tf32;                    // as when the forward ran, for both passes
 };
 
 // The composite dropout's noise (mask / (1 - p) in q's dtype, [B, H, L, S]) from the words a
@@ -147,7 +148,7 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
                           backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
                           backend::input(vc, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
-                          p.causal, p.dropout);
+                          p.causal, p.dropout, p.allow_tf32);
   return {c.needs(0) ? dq : Tensor(), c.needs(1) ? dk : Tensor(), c.needs(2) ? dv : Tensor()};
 }
 
@@ -172,7 +173,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
     throw Error(ErrorKind::shape, std::string(flash) + ": needs 1 <= D <= 128 and S >= 1, got query " +
                                       to_string(query.shape()) + " and key " + to_string(key.shape()));
   const Device dev = query.device();
-  FlashParams params{scale_of(query, options), options.is_causal, {}};
+  FlashParams params{scale_of(query, options), options.is_causal, {}, allow_tf32()};
   Tensor q, k, v, out, lse;
   {
     NoGradGuard no_grad;
@@ -188,7 +189,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
       backend::backend_for(dev).attention_forward(backend::output(out, flash), backend::output(lse, flash),
                                                   backend::input(q, flash), backend::input(k, flash),
                                                   backend::input(v, flash), params.scale, params.causal,
-                                                  params.dropout);
+                                                  params.dropout, params.allow_tf32);
   }
   if (autograd::any_requires_grad({query, key, value}) && out.numel() > 0)
     autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out}, {query, key, value, out, lse},

@@ -61,6 +61,12 @@ enum class Computed {
   /// rounded to the dtype before their products, each an error of 2^-9 (2^-11) of one term of
   /// a sum: 8 ulps.
   attention,
+  /// The fused attention of f32 on tensor cores with TF32 allowed, against the float64
+  /// composite on the same f32 inputs: q, k, v, dO, P and dS rounded to TF32 (2^-11 relative)
+  /// before their products, the inputs included (unlike the bf16/f16 rows, whose inputs are
+  /// rounded before both paths): f16's error budget and 50 % for the inputs' rounding. atol
+  /// relative to the largest |want|, as `attention`'s. f32 only.
+  attention_tf32,
 };
 
 /// The row `how` for results in `d` (integers and bool: exact).
@@ -95,6 +101,7 @@ inline constexpr Tol tolerance(Computed how, brrr::DType d) {
     case Computed::gemm_tf32: return f32 ? Tol{4e-3, 0} : tolerance(Computed::gemm_parity, d);
     case Computed::attention:
       return f64 ? Tol{1e-12, 1e-12} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{1.6e-2, 1.6e-2} : Tol{4e-3, 4e-3};
+    case Computed::attention_tf32: return f32 ? Tol{6e-3, 6e-3} : tolerance(Computed::attention, d);
     case Computed::conv_parity:
       return f64 ? Tol{1e-11, 1e-11} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{3e-2, 3e-2} : Tol{1e-3, 1e-5};
   }

@@ -81,8 +81,10 @@ void dropout_row(std::vector<double>& z, const AttentionDropout& d, std::int64_t
 
 }  // namespace
 
+// allow_tf32 is CUDA's: the CPU computes in f64 (f32 products are exact there).
 void CpuBackend::attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k,
-                                   const Operand& v, double scale, bool causal, const AttentionDropout& dropout) {
+                                   const Operand& v, double scale, bool causal, const AttentionDropout& dropout,
+                                   bool /*allow_tf32*/) {
   const std::int64_t nb = q.sizes[0], nh = q.sizes[1], nl = q.sizes[2], dim = q.sizes[3], ns = k.sizes[2];
   dispatch_floating("scaled_dot_product_flash_attention", q.dtype, [&]<class T>(T*) {
     using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -112,7 +114,7 @@ void CpuBackend::attention_forward(const Operand& out, const Operand& lse, const
 void CpuBackend::attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                                     const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                                     const Operand& lse, double scale, bool causal,
-                                    const AttentionDropout& dropout) {
+                                    const AttentionDropout& dropout, bool /*allow_tf32*/) {
   const std::int64_t nb = q.sizes[0], nh = q.sizes[1], nl = q.sizes[2], dim = q.sizes[3], ns = k.sizes[2];
   dispatch_floating("scaled_dot_product_flash_attention", q.dtype, [&]<class T>(T*) {
     using L = std::conditional_t<std::is_same_v<T, double>, double, float>;

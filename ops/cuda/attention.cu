@@ -4,8 +4,9 @@
 // queries/output gradients) go through shared memory, the softmax is computed online, and
 // backward recomputes the probabilities from the log-sum-exp the forward saved.
 //
-// bf16/f16 take the tensor-core kernels of ops/cuda/attention_mma.cu (same contract, same
-// dropout words, lse interchangeable); the SIMT kernels here serve f32 and f64.
+// bf16/f16, and f32 when TF32 is allowed, take the tensor-core kernels of
+// ops/cuda/attention_mma.cu (same contract, same dropout words, lse interchangeable); the SIMT
+// kernels here serve f32 otherwise and f64.
 //
 // A straightforward SIMT version (no tensor cores): arithmetic in f32 (f64 for f64), every
 // element type converted once when its tile is loaded. A row (one query in the forward and the
@@ -396,6 +397,11 @@ Geometry geometry(const Operand& q, const Operand& k, int rows_per_tile, std::in
   return g;
 }
 
+// The tensor-core kernels take bf16/f16, and f32 as TF32 when allowed.
+bool on_tensor_cores(DType dt, bool allow_tf32) {
+  return dt == DType::bf16 || dt == DType::f16 || (dt == DType::f32 && allow_tf32);
+}
+
 // Grid of (B*H) * tiles blocks; cudaErrorInvalidConfiguration when it does not fit (2^31 - 1)
 // or a length exceeds int.
 bool fits(const Operand& q, const Operand& k, const Geometry& g) {
@@ -407,9 +413,9 @@ bool fits(const Operand& q, const Operand& k, const Geometry& g) {
 }  // namespace
 
 int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
-                      double scale, bool causal, const AttentionDropout& dropout, void* stream) {
+                      double scale, bool causal, const AttentionDropout& dropout, bool allow_tf32, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (q.dtype == DType::bf16 || q.dtype == DType::f16)  // tensor cores (ops/cuda/attention_mma.cu)
+  if (on_tensor_cores(q.dtype, allow_tf32))  // ops/cuda/attention_mma.cu
     return attention_forward_mma(out, lse, q, k, v, scale, causal, dropout, s);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
@@ -431,9 +437,10 @@ std::size_t attention_backward_workspace_bytes(const Operand& q) {
 
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, const AttentionDropout& dropout, void* workspace, void* stream) {
+                       bool causal, const AttentionDropout& dropout, bool allow_tf32, void* workspace,
+                       void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (q.dtype == DType::bf16 || q.dtype == DType::f16)
+  if (on_tensor_cores(q.dtype, allow_tf32))
     return attention_backward_mma(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, workspace, s);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;

@@ -13,23 +13,25 @@ import brrr.tensor;
 namespace brrr::backend {
 
 void CudaBackend::attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k,
-                                    const Operand& v, double scale, bool causal, const AttentionDropout& dropout) {
+                                    const Operand& v, double scale, bool causal, const AttentionDropout& dropout,
+                                    bool allow_tf32) {
   if (out.numel == 0) return;
   DeviceGuard g(out.device);
   BRRR_CUDA_CHECK(
-      kernels::attention_forward(out, lse, q, k, v, scale, causal, dropout, current_stream(out.device)->handle));
+      kernels::attention_forward(out, lse, q, k, v, scale, causal, dropout, allow_tf32,
+                                 current_stream(out.device)->handle));
 }
 
 void CudaBackend::attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                                      const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                                      const Operand& lse, double scale, bool causal,
-                                     const AttentionDropout& dropout) {
+                                     const AttentionDropout& dropout, bool allow_tf32) {
   if (q.numel == 0 || k.numel == 0) return;
   DeviceGuard g(dq.device);
   StreamPtr stream = current_stream(dq.device);
   const std::size_t bytes = kernels::attention_backward_workspace_bytes(q);
   Storage workspace = allocate_device(bytes > 0 ? bytes : 1, dq.device, stream);
-  BRRR_CUDA_CHECK(kernels::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout,
+  BRRR_CUDA_CHECK(kernels::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, allow_tf32,
                                               workspace.data(), stream->handle));
 }
 

@@ -1,6 +1,6 @@
-// Fused attention for bf16/f16 on tensor cores (sm_80+): FlashAttention-2's forward and backward
-// (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work
-// Partitioning", algorithms 1 and 2) written with mma.sync.m16n8k16 (f32 accumulators),
+// Fused attention for bf16/f16, and f32 as TF32, on tensor cores (sm_80+): FlashAttention-2's
+// forward and backward (Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism
+// and Work Partitioning", algorithms 1 and 2) written with mma.sync (f32 accumulators),
 // ldmatrix and cp.async. Same contract and semantics as the SIMT kernels of
 // ops/cuda/attention.cu (which keep f32/f64): lse is the natural log-sum-exp of the scaled
 // scores, the dropout mask is the same Philox words', the backward is deterministic.
@@ -28,6 +28,14 @@
 // No atomics: each output element is written by one thread, summed in a fixed order.
 // Shared memory (bytes, D = 32 / 64 / 128): forward 25600 / 46080 / 52224, dq 30720 / 55296 /
 // 69632, dkdv 31744 / 56320 / 52480. Registers and spills: `-Xptxas -v` (none spill).
+//
+// f32 (only when set_allow_tf32 is on) runs the same kernels with mma.sync.m16n8k8.tf32: every
+// operand rounded to TF32 (cvt.rna) as it is loaded into a fragment, a k-step of 8 columns (32
+// bytes, as 16 bf16), tiles with a pitch of DMAX + 4 floats (twice the shared memory), no
+// fragments kept in registers across tiles (twice the registers) but Q's in the forward for
+// D <= 64. The two spots that differ: the A fragment from an accumulator (acc_to_a) and the B
+// fragment of X stored [k][n] (mma_ab), read one element at a time since ldmatrix.trans has no
+// 32-bit form.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane = 4 g + t, g = groupID,
 // t = threadID_in_group):
@@ -66,6 +74,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "ops/cuda/attention_mma.cuh"
 #include "ops/cuda/common.cuh"
@@ -89,17 +98,26 @@ constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ float neg_inf_f() { return -std::numeric_limits<float>::infinity(); }
 
+// Elements of T in 16 bytes (one cp.async chunk, one ldmatrix row) and in one mma k-step
+// (32 bytes: 16 for bf16/f16, m16n8k16; 8 for f32, m16n8k8 on TF32).
+template <class T> constexpr int kVec = static_cast<int>(16 / sizeof(T));
+template <class T> constexpr int kStep = 2 * kVec<T>;
+template <class T> constexpr bool kTf32 = std::is_same_v<T, float>;
+
 // Row pitch of a shared-memory tile, in elements: DMAX + 16 bytes.
-template <int DMAX> constexpr int kPitch = DMAX + 8;
+template <class T, int DMAX> constexpr int kPitch = DMAX + kVec<T>;
 
 // Keys per loop step of the forward and dq kernels: 32 for the 128 variant (its D-wide
 // accumulators need the registers), else 64. Queries per step of the dK/dV kernel (two D-wide
 // accumulators): 16 for the 128 variant, else 64.
 template <int DMAX> constexpr int kKeys = DMAX > 64 ? 32 : 64;
 template <int DMAX> constexpr int kQueriesDkdv = DMAX > 64 ? 16 : 64;
-// K and V fragments in registers (dK/dV without dropout) and Q, dO fragments (dq) for
-// DMAX <= 64; the 128 variant reads them from shared memory at each use.
-template <int DMAX> constexpr bool kRegs = DMAX <= 64;
+// K and V fragments in registers (dK/dV without dropout) and Q, dO fragments (dq) for 16-bit
+// types and DMAX <= 64; the 128 variant and f32 (whose fragments take twice the registers)
+// read them from shared memory at each use. The forward keeps Q's in registers but for f32
+// with DMAX = 128.
+template <class T, int DMAX> constexpr bool kRegs = DMAX <= 64 && !kTf32<T>;
+template <class T, int DMAX> constexpr bool kRegsForward = DMAX <= 64 || !kTf32<T>;
 // __launch_bounds__'s resident CTAs per SM for the dq kernel: ptxas left alone puts the 128
 // variant with dropout at 168 registers and spills; asking for 2 CTAs (255) it does not. 0 is
 // "not given" (1 is not: it moves the 64 variant from 150 to 226 registers).
@@ -221,35 +239,35 @@ __device__ __forceinline__ std::uint32_t keep_cols(std::uint64_t seed, std::uint
 
 // ---- shared-memory tiles ---------------------------------------------------------------
 
-// Rows [t0, t0 + ROWS) of one head (row stride st) into tile[ROWS][kPitch<DMAX>], zeros past
+// Rows [t0, t0 + ROWS) of one head (row stride st) into tile[ROWS][kPitch<T, DMAX>], zeros past
 // t_len and dim. vec: 16-byte cp.async (the caller commits and waits); else plain loads, in a
 // loop kept rolled so that its address arithmetic is not hoisted into registers for the whole
 // kernel.
 template <int ROWS, int DMAX, class T>
 __device__ __forceinline__ void load_tile(T* tile, const T* head, std::int64_t st, int t0, int t_len, int dim,
                                           bool vec) {
-  constexpr int kChunks = DMAX / 8, kN = ROWS * kChunks;
+  constexpr int V = kVec<T>, P = kPitch<T, DMAX>, kChunks = DMAX / V, kN = ROWS * kChunks;
   static_assert(kN % kThreads == 0);
   if (vec) {
 #pragma unroll
     for (int c0 = 0; c0 < kN; c0 += kThreads) {
-      const int c = c0 + static_cast<int>(threadIdx.x), r = c / kChunks, d = (c % kChunks) * 8, t = t0 + r;
+      const int c = c0 + static_cast<int>(threadIdx.x), r = c / kChunks, d = (c % kChunks) * V, t = t0 + r;
       const bool ok = t < t_len && d < dim;
-      cp_async_16(tile + r * kPitch<DMAX> + d, ok ? head + static_cast<std::int64_t>(t) * st + d : head, ok);
+      cp_async_16(tile + r * P + d, ok ? head + static_cast<std::int64_t>(t) * st + d : head, ok);
     }
   } else {
+    using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t, std::uint32_t>;
 #pragma unroll 1
     for (int c = static_cast<int>(threadIdx.x); c < kN; c += kThreads) {
-      const int r = c / kChunks, d = (c % kChunks) * 8, t = t0 + r;
-      const int n = t < t_len ? min(dim - d, 8) : 0;  // elements of this chunk in range
-      const auto* src = reinterpret_cast<const std::uint16_t*>(head) + static_cast<std::int64_t>(t) * st + d;
-      std::uint32_t w[4];
+      const int r = c / kChunks, d = (c % kChunks) * V, t = t0 + r;
+      const int n = t < t_len ? min(dim - d, V) : 0;  // elements of this chunk in range
+      const auto* src = reinterpret_cast<const Bits*>(head) + static_cast<std::int64_t>(t) * st + d;
+      Bits w[V];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const std::uint32_t lo = 2 * e < n ? src[2 * e] : 0u, hi = 2 * e + 1 < n ? src[2 * e + 1] : 0u;
-        w[e] = lo | hi << 16;
-      }
-      *reinterpret_cast<uint4*>(tile + r * kPitch<DMAX> + d) = make_uint4(w[0], w[1], w[2], w[3]);
+      for (int e = 0; e < V; ++e) w[e] = e < n ? src[e] : Bits{0};
+      uint4 chunk;
+      std::memcpy(&chunk, w, 16);
+      *reinterpret_cast<uint4*>(tile + r * P + d) = chunk;
     }
   }
 }
@@ -270,9 +288,14 @@ __device__ __forceinline__ void stage(T* rows, const float (&acc)[NT][4], float 
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    *reinterpret_cast<std::uint32_t*>(rows + g * P + 8 * nt + 2 * t) = pack2<T>(acc[nt][0] * mul0, acc[nt][1] * mul0);
-    *reinterpret_cast<std::uint32_t*>(rows + (g + 8) * P + 8 * nt + 2 * t) =
-        pack2<T>(acc[nt][2] * mul1, acc[nt][3] * mul1);
+    if constexpr (kTf32<T>) {
+      *reinterpret_cast<float2*>(rows + g * P + 8 * nt + 2 * t) = make_float2(acc[nt][0] * mul0, acc[nt][1] * mul0);
+      *reinterpret_cast<float2*>(rows + (g + 8) * P + 8 * nt + 2 * t) = make_float2(acc[nt][2] * mul1, acc[nt][3] * mul1);
+    } else {
+      *reinterpret_cast<std::uint32_t*>(rows + g * P + 8 * nt + 2 * t) = pack2<T>(acc[nt][0] * mul0, acc[nt][1] * mul0);
+      *reinterpret_cast<std::uint32_t*>(rows + (g + 8) * P + 8 * nt + 2 * t) =
+          pack2<T>(acc[nt][2] * mul1, acc[nt][3] * mul1);
+    }
   }
 }
 
@@ -280,18 +303,18 @@ __device__ __forceinline__ void stage(T* rows, const float (&acc)[NT][4], float 
 template <int DMAX, class T>
 __device__ __forceinline__ void store_rows(T* head, std::int64_t st, const T* rows, int t0, int t_len, int dim,
                                            bool vec, int lane) {
-  constexpr int kChunks = DMAX / 8;
+  constexpr int V = kVec<T>, kChunks = DMAX / V;
 #pragma unroll
   for (int c0 = 0; c0 < 16 * kChunks; c0 += 32) {
-    const int c = c0 + lane, r = c / kChunks, d = (c % kChunks) * 8, t = t0 + r;
+    const int c = c0 + lane, r = c / kChunks, d = (c % kChunks) * V, t = t0 + r;
     if (t >= t_len || d >= dim) continue;
-    const T* src = rows + r * kPitch<DMAX> + d;
+    const T* src = rows + r * kPitch<T, DMAX> + d;
     T* dst = head + static_cast<std::int64_t>(t) * st + d;
     if (vec) {
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
+      for (int e = 0; e < V; ++e)
         if (d + e < dim) dst[e] = src[e];
     }
   }
@@ -299,22 +322,44 @@ __device__ __forceinline__ void store_rows(T* head, std::int64_t st, const T* ro
 
 // ---- warp-level matrix products ----------------------------------------------------------
 
-// A fragments of k-step kk of the warp's 16 rows of a tile.
+// One k-step's product on tensor cores: bf16/f16 m16n8k16, f32 m16n8k8 on TF32 (operands
+// already rounded by to_tf32).
+template <class T>
+__device__ __forceinline__ void mma_step(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (kTf32<T>) mma_1688_tf32(d, a, b0, b1);
+  else mma_16816<T>(d, a, b0, b1);
+}
+
+// Fragments of f32 tiles rounded to TF32 (16-bit types are used as loaded).
+template <class T, int N> __device__ __forceinline__ void round_tf32(std::uint32_t (&r)[N]) {
+  if constexpr (kTf32<T>)
+#pragma unroll
+    for (int e = 0; e < N; ++e) r[e] = to_tf32(r[e]);
+}
+
+// A fragments of k-step kk of the warp's 16 rows of a tile. For f32 the ldmatrix of the same
+// bytes gives exactly m16n8k8's A: matrix m of 8 rows x 4 f32 puts (row l / 4, col l % 4) in
+// lane l, so rows 0-7 / 8-15 at cols 0 / 4 are a[0..3].
 template <int P, class T> __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* rows, int kk, int lane) {
-  ldmatrix_x4(a, rows + (lane & 15) * P + 16 * kk + 8 * (lane >> 4));
+  ldmatrix_x4(a, rows + (lane & 15) * P + kStep<T> * kk + kVec<T> * (lane >> 4));
+  round_tf32<T>(a);
 }
 
 // Whether 16-column block kk of a tile holds a column of [lo, hi) (warp-uniform): blocks
 // without one are all masked for this warp, and their products are skipped.
 __device__ __forceinline__ bool live(int kk, int lo, int hi) { return 16 * kk + 16 > lo && 16 * kk < hi; }
+// The same for k-step kk of a product over the tile's columns (kStep<T> of them).
+template <class T> __device__ __forceinline__ bool live_step(int kk, int lo, int hi) {
+  return kStep<T> * kk + kStep<T> > lo && kStep<T> * kk < hi;
+}
 
-// acc (16 x 8 NT) += A (16 x 16 KS) X^T, X = rows [0, 8 NT) x dims [0, 16 KS) of tile x; the
+// acc (16 x 8 NT) += A (16 x kStep KS) X^T, X = rows [0, 8 NT) x dims [0, kStep KS) of tile x; the
 // 16-row blocks of x outside [lo, hi) are skipped (their acc columns stay as they are).
 // A from registers (REGS) or from the warp's 16 rows of a tile.
 template <bool REGS, int KS, int NT, int P, class T>
 __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const std::uint32_t (&areg)[REGS ? KS : 1][4],
                                         const T* arows, const T* x, int lane, int lo, int hi) {
-  const T* base = x + ((lane & 7) + 8 * (lane >> 4)) * P + 8 * ((lane >> 3) & 1);
+  const T* base = x + ((lane & 7) + 8 * (lane >> 4)) * P + kVec<T> * ((lane >> 3) & 1);
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk) {
     std::uint32_t a[4];
@@ -328,33 +373,53 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const std::uint32_t
     for (int np = 0; np < NT / 2; ++np) {
       if (!live(np, lo, hi)) continue;
       std::uint32_t f[4];
-      ldmatrix_x4(f, base + 16 * np * P + 16 * kk);
-      mma_16816<T>(acc[2 * np], a, f[0], f[1]);
-      mma_16816<T>(acc[2 * np + 1], a, f[2], f[3]);
+      ldmatrix_x4(f, base + 16 * np * P + kStep<T> * kk);
+      round_tf32<T>(f);
+      mma_step<T>(acc[2 * np], a, f[0], f[1]);
+      mma_step<T>(acc[2 * np + 1], a, f[2], f[3]);
     }
   }
 }
 
-// acc (16 x 8 NT) += a (16 x 16) X, X = rows [0, 16) x [0, 8 NT) of x (ldmatrix.trans).
+// acc (16 x 8 NT) += a (16 x kStep) X, X = rows [0, kStep) x [0, 8 NT) of x. 16-bit: ldmatrix.trans.
+// f32 (no 32-bit .trans): acc_to_a's k order, where k-slot t of the A fragment is column 2t and
+// slot t + 4 column 2t + 1, so b0 = X[2t][n g] and b1 = X[2t + 1][n g], read one by one (with
+// the pitch DMAX + 4, the 32 lanes hit 32 banks).
 template <int NT, int P, class T>
 __device__ __forceinline__ void mma_ab(float (&acc)[NT][4], const std::uint32_t (&a)[4], const T* x, int lane) {
-  const T* base = x + (lane & 15) * P + 8 * (lane >> 4);
+  if constexpr (kTf32<T>) {
+    const T* base = x + 2 * (lane % 4) * P + lane / 4;
 #pragma unroll
-  for (int np = 0; np < NT / 2; ++np) {
-    std::uint32_t f[4];
-    ldmatrix_x4_trans(f, base + 16 * np);
-    mma_16816<T>(acc[2 * np], a, f[0], f[1]);
-    mma_16816<T>(acc[2 * np + 1], a, f[2], f[3]);
+    for (int nt = 0; nt < NT; ++nt)
+      mma_step<T>(acc[nt], a, to_tf32(base[8 * nt]), to_tf32(base[P + 8 * nt]));
+  } else {
+    const T* base = x + (lane & 15) * P + 8 * (lane >> 4);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      std::uint32_t f[4];
+      ldmatrix_x4_trans(f, base + 16 * np);
+      mma_step<T>(acc[2 * np], a, f[0], f[1]);
+      mma_step<T>(acc[2 * np + 1], a, f[2], f[3]);
+    }
   }
 }
 
-// Columns [16 kk, 16 kk + 16) of an accumulator as the A operand of the next product.
+// Columns [kStep kk, kStep (kk + 1)) of an accumulator as the A operand of the next product.
+// 16-bit: the C fragments of n-tiles 2kk, 2kk + 1 are A's layout. f32: n-tile kk's (g, 2t),
+// (g+8, 2t), (g, 2t+1), (g+8, 2t+1) become A's k-slots t and t + 4 (mma_ab reads X in that order).
 template <class T, int NT>
 __device__ __forceinline__ void acc_to_a(std::uint32_t (&a)[4], const float (&acc)[NT][4], int kk) {
-  a[0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
-  a[1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
-  a[2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
-  a[3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+  if constexpr (kTf32<T>) {
+    a[0] = to_tf32(acc[kk][0]);
+    a[1] = to_tf32(acc[kk][2]);
+    a[2] = to_tf32(acc[kk][1]);
+    a[3] = to_tf32(acc[kk][3]);
+  } else {
+    a[0] = pack2<T>(acc[2 * kk][0], acc[2 * kk][1]);
+    a[1] = pack2<T>(acc[2 * kk][2], acc[2 * kk][3]);
+    a[2] = pack2<T>(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+    a[3] = pack2<T>(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+  }
 }
 
 template <int NT> __device__ __forceinline__ void zero(float (&acc)[NT][4]) {
@@ -370,8 +435,9 @@ template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads)
     mma_forward_kernel(Heads<T> out, float* __restrict__ lse, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                        Dims g, float scale2, bool causal, Dropout drop, bool vec) {
-  constexpr int NK = kKeys<DMAX>, P = kPitch<DMAX>, kTile = kBlock * P, kKT = NK * P;
-  constexpr int KS = DMAX / 16, NT = NK / 8, OT = DMAX / 8;
+  constexpr int NK = kKeys<DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
+  constexpr int KS = DMAX / kStep<T>, NT = NK / 8, OT = DMAX / 8;
+  constexpr bool REGS = kRegsForward<T, DMAX>;
   extern __shared__ uint4 smem[];
   T* sq = reinterpret_cast<T*>(smem);
   T* kv = sq + kTile;  // buffer i: K at kv + 2 i kKT, V at kv + (2 i + 1) kKT
@@ -398,7 +464,7 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (DROP) philox_state(drop, seed, offset);
   const std::uint64_t row0 = static_cast<std::uint64_t>(bh) * g.q_len + iw;  // row of query iw in [B H L]
 
-  std::uint32_t qf[KS][4];
+  std::uint32_t qf[REGS ? KS : 1][4];
   float o[OT][4];
   zero(o);
   float m[2] = {neg_inf_f(), neg_inf_f()}, l[2] = {0.0f, 0.0f};  // rows grp, grp + 8 of the warp
@@ -413,9 +479,11 @@ __global__ void __launch_bounds__(kThreads)
       load_tile<NK, DMAX>(next + kKT, vh, v.st, j0 + NK, g.k_len, g.dim, vec);
     }
     cp_async_commit();
-    if (n == 0) {
+    if constexpr (REGS) {
+      if (n == 0) {
 #pragma unroll
-      for (int kk = 0; kk < KS; ++kk) load_a<P>(qf[kk], sq + 16 * warp * P, kk, lane);
+        for (int kk = 0; kk < KS; ++kk) load_a<P>(qf[kk], sq + 16 * warp * P, kk, lane);
+      }
     }
     const T* ck = kv + 2 * (n & 1) * kKT;
     const T* cv = ck + kKT;
@@ -426,7 +494,7 @@ __global__ void __launch_bounds__(kThreads)
       if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
     float s[NT][4];
     zero(s);
-    mma_abt<true, KS, NT, P>(s, qf, sq, ck, lane, 0, hi);
+    mma_abt<REGS, KS, NT, P>(s, qf, sq + 16 * warp * P, ck, lane, 0, hi);
 
     // Scale to base-2 units, then mask keys past S and (causal) after the row.
     const bool mask = j0 + NK > g.k_len || (causal && j0 + NK - 1 > iw);
@@ -468,11 +536,11 @@ __global__ void __launch_bounds__(kThreads)
     }
 
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; ++kk) {
-      if (!live(kk, 0, hi)) continue;  // P = 0 there
+    for (int kk = 0; kk < NK / kStep<T>; ++kk) {
+      if (!live_step<T>(kk, 0, hi)) continue;  // P = 0 there
       std::uint32_t a[4];
       acc_to_a<T>(a, s, kk);
-      mma_ab<OT, P>(o, a, cv + 16 * kk * P, lane);
+      mma_ab<OT, P>(o, a, cv + kStep<T> * kk * P, lane);
     }
   }
 
@@ -501,9 +569,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     mma_dq_kernel(Heads<T> dq, float* __restrict__ delta, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                   Heads<const T> v, Heads<const T> out, const float* __restrict__ lse, Dims g, float scale,
                   float scale2, bool causal, Dropout drop, bool vec) {
-  constexpr int NK = kKeys<DMAX>, P = kPitch<DMAX>, kTile = kBlock * P, kKT = NK * P;
-  constexpr int KS = DMAX / 16, NT = NK / 8, OT = DMAX / 8;
-  constexpr bool REGS = kRegs<DMAX>;
+  constexpr int NK = kKeys<DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
+  constexpr int KS = DMAX / kStep<T>, NT = NK / 8, OT = DMAX / 8;
+  constexpr bool REGS = kRegs<T, DMAX>;
   static_assert(2 * NK >= kBlock);
   extern __shared__ uint4 smem[];
   T* sq = reinterpret_cast<T*>(smem);
@@ -548,20 +616,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
   __syncthreads();
   {
     // delta of the warp's row lane / 2, dims of half lane % 2, in f32 from the rounded dO and O.
-    constexpr int kChunks = DMAX / 8;
+    constexpr int V = kVec<T>, kChunks = DMAX / V;
     const int r = lane / 2;
     float d = 0;
 #pragma unroll
     for (int cc = 0; cc < kChunks / 2; ++cc) {
       const int c = (lane % 2) * (kChunks / 2) + cc;
-      const uint4 x = *reinterpret_cast<const uint4*>(my_do + r * P + 8 * c);
-      const uint4 y = *reinterpret_cast<const uint4*>(so + (16 * warp + r) * P + 8 * c);
+      const uint4 x = *reinterpret_cast<const uint4*>(my_do + r * P + V * c);
+      const uint4 y = *reinterpret_cast<const uint4*>(so + (16 * warp + r) * P + V * c);
       const std::uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float2 a = unpack2<T>(xs[e]), bb = unpack2<T>(ys[e]);
-        d = fmaf(a.x, bb.x, d);
-        d = fmaf(a.y, bb.y, d);
+        if constexpr (kTf32<T>) {
+          d = fmaf(__uint_as_float(xs[e]), __uint_as_float(ys[e]), d);
+        } else {
+          const float2 a = unpack2<T>(xs[e]), bb = unpack2<T>(ys[e]);
+          d = fmaf(a.x, bb.x, d);
+          d = fmaf(a.y, bb.y, d);
+        }
       }
     }
     d += __shfl_xor_sync(kFull, d, 1);
@@ -618,11 +690,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
       }
 
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; ++kk) {
-      if (!live(kk, 0, hi)) continue;  // dS = 0 there
+    for (int kk = 0; kk < NK / kStep<T>; ++kk) {
+      if (!live_step<T>(kk, 0, hi)) continue;  // dS = 0 there
       std::uint32_t a[4];
       acc_to_a<T>(a, s, kk);
-      mma_ab<OT, P>(acc, a, ck + 16 * kk * P, lane);
+      mma_ab<OT, P>(acc, a, ck + kStep<T> * kk * P, lane);
     }
   }
 
@@ -640,8 +712,9 @@ __global__ void __launch_bounds__(kThreads)
                     Heads<const T> v, const float* __restrict__ lse, const float* __restrict__ delta, Dims g,
                     float scale, float scale2, bool causal, Dropout drop, bool vec) {
   constexpr int BQ = kQueriesDkdv<DMAX>;
-  constexpr int P = kPitch<DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / 16, NT = BQ / 8, OT = DMAX / 8;
-  constexpr bool REGS = kRegs<DMAX> && !DROP;  // (with dropout's Philox, registers for K, V spill)
+  constexpr int P = kPitch<T, DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / kStep<T>, NT = BQ / 8;
+  constexpr int OT = DMAX / 8;
+  constexpr bool REGS = kRegs<T, DMAX> && !DROP;  // (with dropout's Philox, registers for K, V spill)
   extern __shared__ uint4 smem[];
   T* sk = reinterpret_cast<T*>(smem);
   T* sv = sk + kKTile;
@@ -746,13 +819,13 @@ __global__ void __launch_bounds__(kThreads)
     }
 
 #pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) {
-      if (!live(kk, lo, hi)) continue;  // P o Z = dS = 0 there
+    for (int kk = 0; kk < BQ / kStep<T>; ++kk) {
+      if (!live_step<T>(kk, lo, hi)) continue;  // P o Z = dS = 0 there
       std::uint32_t a[4];
       acc_to_a<T>(a, s, kk);
-      mma_ab<OT, P>(dva, a, cdo + 16 * kk * P, lane);
+      mma_ab<OT, P>(dva, a, cdo + kStep<T> * kk * P, lane);
       acc_to_a<T>(a, dp, kk);
-      mma_ab<OT, P>(dka, a, cq + 16 * kk * P, lane);
+      mma_ab<OT, P>(dka, a, cq + kStep<T> * kk * P, lane);
     }
   }
 
@@ -769,7 +842,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launches ----------------------------------------------------------------------------
 
-// Calls f.template operator()<T, DMAX>() for bf16/f16 and the smallest of 32, 64, 128 >= dim.
+// Calls f.template operator()<T, DMAX>() for bf16/f16/f32 and the smallest of 32, 64, 128 >= dim.
 template <class F> int with_mma_types(DType dtype, int dim, F&& f) {
   const auto by_dim = [&]<class T>() {
     if (dim <= 32) return f.template operator()<T, 32>();
@@ -778,12 +851,14 @@ template <class F> int with_mma_types(DType dtype, int dim, F&& f) {
   };
   if (dtype == DType::bf16) return by_dim.template operator()<__nv_bfloat16>();
   if (dtype == DType::f16) return by_dim.template operator()<__half>();
+  if (dtype == DType::f32) return by_dim.template operator()<float>();  // TF32 products
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
-// 16-byte loads and stores of whole 8-element chunks are possible for every row.
+// 16-byte loads and stores of whole chunks (8 16-bit or 4 f32 elements) are possible for every row.
 bool vectorizable(const Operand& o) {
-  return o.sizes[3] % 8 == 0 && o.strides[0] % 8 == 0 && o.strides[1] % 8 == 0 && o.strides[2] % 8 == 0 &&
+  const std::int64_t v = o.dtype == DType::f32 ? 4 : 8;
+  return o.sizes[3] % v == 0 && o.strides[0] % v == 0 && o.strides[1] % v == 0 && o.strides[2] % v == 0 &&
          reinterpret_cast<std::uintptr_t>(o.data) % 16 == 0;
 }
 
@@ -815,7 +890,7 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
     if (!fits(q, k, q.sizes[2], kBlock)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const Dims g = dims_of(q, k);
     const bool vec = vectorizable(q) && vectorizable(k) && vectorizable(v) && vectorizable(out);
-    const std::size_t smem = (kBlock + 4 * kKeys<DMAX>) * static_cast<std::size_t>(kPitch<DMAX>) * sizeof(T);
+    const std::size_t smem = (kBlock + 4 * kKeys<DMAX>) * static_cast<std::size_t>(kPitch<T, DMAX>) * sizeof(T);
     auto* kernel = dropout.p > 0 ? mma_forward_kernel<T, DMAX, true> : mma_forward_kernel<T, DMAX, false>;
     if (cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return static_cast<int>(e);
     const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
@@ -832,7 +907,7 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
                            const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,
                            void* workspace, cudaStream_t stream) {
   return with_mma_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
-    constexpr int BQ = kQueriesDkdv<DMAX>, P = kPitch<DMAX>;
+    constexpr int BQ = kQueriesDkdv<DMAX>, P = kPitch<T, DMAX>;
     if (!fits(q, k, q.sizes[2], kBlock) || !fits(q, k, k.sizes[2], kBlock))
       return static_cast<int>(cudaErrorInvalidConfiguration);
     const Dims g = dims_of(q, k);

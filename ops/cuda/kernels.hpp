@@ -262,16 +262,20 @@ namespace brrr::kernels {
 /// The contract's attention_forward: 4-D [B, H, L|S, D] operands with last stride 1, D <= 128;
 /// lse [B, H, L] contiguous in the accumulation dtype (f32; f64 for f64).
 /// With dropout.p > 0 (AttentionDropout in backend/contract.hpp) the probabilities are dropped
-/// with the words rand() would draw, computed in the kernel (no mask in memory).
+/// with the words rand() would draw, computed in the kernel (no mask in memory). bf16/f16, and
+/// f32 with allow_tf32, run on tensor cores (ops/cuda/attention_mma.cu); f32 otherwise and f64
+/// on the SIMT kernels (ops/cuda/attention.cu).
 int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
-                      double scale, bool causal, const AttentionDropout& dropout, void* stream);
+                      double scale, bool causal, const AttentionDropout& dropout, bool allow_tf32, void* stream);
 /// Device workspace (bytes) of attention_backward: one accumulator per query row.
 std::size_t attention_backward_workspace_bytes(const Operand& q);
-/// The contract's attention_backward (f32/f64: three launches, delta, dq, dk/dv; bf16/f16: two
-/// tensor-core launches, dq with delta in its prologue, then dk/dv; no atomics).
+/// The contract's attention_backward (SIMT, f32/f64: three launches, delta, dq, dk/dv; tensor
+/// cores, bf16/f16 and f32 with allow_tf32: two launches, dq with delta in its prologue, then
+/// dk/dv; no atomics).
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, const AttentionDropout& dropout, void* workspace, void* stream);
+                       bool causal, const AttentionDropout& dropout, bool allow_tf32, void* workspace,
+                       void* stream);
 
 }  // namespace brrr::kernels
 

@@ -1,5 +1,6 @@
 // Warp-level tensor-core building blocks for sm_80+ (inline PTX): mma.sync m16n8k16 with f32
-// accumulators on bf16/f16 operands, ldmatrix (plain and .trans) from shared memory, cp.async
+// accumulators on bf16/f16 operands, m16n8k8 on TF32 operands (f32 rounded to 10-bit
+// mantissas), ldmatrix (plain and .trans) from shared memory, cp.async
 // global -> shared copies, and packing f32 pairs into 16-bit pairs. Fragment layouts: PTX ISA,
 // "Matrix Fragments for mma.m16n8k16 with floating point type" and "Warp-level matrix load
 // instruction: ldmatrix"; ops/cuda/attention_mma.cu explains the ones it uses.
@@ -29,6 +30,26 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+/// d += a * b for one 16x8x8 tile of TF32 operands (f32 bit patterns rounded by to_tf32):
+/// a = A (16x8, row-major): a[0] = (g, t), a[1] = (g+8, t), a[2] = (g, t+4), a[3] = (g+8, t+4);
+/// b0 = B (k t, n g), b1 = B (k t+4, n g); d as mma_16816's (lane = 4 g + t).
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                              std::uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// The f32 held in `bits` rounded to TF32 (nearest, ties away from zero: cvt.rna), as the bit
+/// pattern mma_1688_tf32 takes. (The mma itself would drop the 13 low bits: a truncation.)
+__device__ __forceinline__ std::uint32_t to_tf32(std::uint32_t bits) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(bits)));
+  return r;
+}
+__device__ __forceinline__ std::uint32_t to_tf32(float x) { return to_tf32(__float_as_uint(x)); }
 
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));

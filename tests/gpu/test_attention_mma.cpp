@@ -1,4 +1,5 @@
-// The tensor-core kernels of the fused attention (ops/cuda/attention_mma.cu, bf16 and f16)
+// The tensor-core kernels of the fused attention (ops/cuda/attention_mma.cu, bf16 and f16, and
+// f32 as TF32 when set_allow_tf32 is on; the last two cases)
 // against the f32 SIMT kernel (ops/cuda/attention.cu) on the same rounded inputs and against the
 // CPU composite: head dims 8..128 (the 32/64/128 variants; multiples of 8 take the cp.async
 // loads, other dims and views whose strides are not multiples of 8 the element-wise ones),
@@ -31,9 +32,10 @@ namespace {
 
 Tensor randn64(Shape shape) { return randn(std::move(shape), {.dtype = DType::f64}); }
 
-// The attention row for results in dt, its atol relative to the largest |want|.
-testing::CloseOptions tol(DType dt, const Tensor& want) {
-  const Tol t = tolerance(Computed::attention, dt);
+// The attention row for results in dt (`how`: the TF32 one for f32 on tensor cores), its atol
+// relative to the largest |want|.
+testing::CloseOptions tol(DType dt, const Tensor& want, Computed how = Computed::attention) {
+  const Tol t = tolerance(how, dt);
   const double peak = want.numel() ? amax(abs(want.to(DType::f64)), {}).item<double>() : 0.0;
   return {.rtol = t.rtol, .atol = t.atol * std::max(peak, 1.0)};
 }
@@ -99,7 +101,8 @@ Result run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, D
 }
 
 // got (in dt) against want: output and the three gradients, finite and within the attention row.
-void check_close(const Result& got, const Result& want, DType dt, const char* against) {
+void check_close(const Result& got, const Result& want, DType dt, const char* against,
+                 Computed how = Computed::attention) {
   INFO("against ", against);
   const Tensor* pairs[4][2] = {{&got.y, &want.y}, {&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}};
   const char* names[4] = {"output", "grad q", "grad k", "grad v"};
@@ -107,11 +110,18 @@ void check_close(const Result& got, const Result& want, DType dt, const char* ag
     INFO(names[i]);
     const Tensor g = pairs[i][0]->to(DType::f64), w = pairs[i][1]->to(DType::f64);
     CHECK(all(isfinite(g)).item<bool>());
-    testing::assert_close(g, w, tol(dt, w));
+    testing::assert_close(g, w, tol(dt, w, how));
   }
 }
 
 std::vector<float> host_f32(const Tensor& t) { return t.to(DType::f32).contiguous().to_host<float>(); }
+
+/// Sets allow_tf32 for the scope and restores it.
+struct Tf32Scope {
+  bool previous = allow_tf32();
+  explicit Tf32Scope(bool allow) { set_allow_tf32(allow); }
+  ~Tf32Scope() { set_allow_tf32(previous); }
+};
 
 bool same(const Result& a, const Result& b) {
   return host_f32(a.y) == host_f32(b.y) && host_f32(a.dq) == host_f32(b.dq) && host_f32(a.dk) == host_f32(b.dk) &&
@@ -232,4 +242,63 @@ TEST_CASE("tensor-core attention backward is deterministic: two runs bit for bit
         const Result b = run(q, k, v, g, dt, gpu(), QkvLayout::bthd, o, seed_ + 7);
         CHECK(same(a, b));
       }
+}
+
+TEST_CASE("TF32 attention (f32, allow_tf32) vs the f32 SIMT kernel and the f64 CPU composite: dims, lengths, layouts, "
+          "dropout") {
+  FRESH_SEED();
+  const std::vector<std::int64_t> dims = {8, 20, 32, 40, 64, 80, 128, 1};
+  const std::vector<Dims> shapes = {
+      {2, 2, 64, 64, 0},   // whole tiles
+      {1, 2, 77, 77, 0},   // partial tiles
+      {2, 1, 100, 37, 0},  // L > S
+      {1, 3, 33, 130, 0},  // L < S
+  };
+  const QkvLayout layouts[3] = {QkvLayout::contiguous, QkvLayout::bthd, QkvLayout::unaligned};
+  int n = 0;
+  std::uint64_t s = seed_;
+  for (std::int64_t d : dims)
+    for (const Dims& sh : shapes)
+      for (bool causal : {false, true}) {
+        const Dims c{sh.b, sh.h, sh.l, sh.s, d};
+        const QkvLayout lay = layouts[n % 3];
+        const double p = n++ % 2 ? 0.2 : 0.0;
+        ++s;
+        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, causal ? ", causal" : "", ", ",
+             layout_name(lay), ", p ", p, ", seed ", s);
+        Tensor q = randn64({c.b, c.h, c.l, c.d}).to(DType::f32), k = randn64({c.b, c.h, c.s, c.d}).to(DType::f32);
+        Tensor v = randn64({c.b, c.h, c.s, c.d}).to(DType::f32), g = randn64({c.b, c.h, c.l, c.d}).to(DType::f32);
+        const SdpaOptions o{.dropout_p = p, .is_causal = causal};
+        Result tc, simt;
+        {
+          Tf32Scope on(true);
+          tc = run(q, k, v, g, DType::f32, gpu(), lay, o, s);
+        }
+        {
+          Tf32Scope off(false);
+          simt = run(q, k, v, g, DType::f32, gpu(), QkvLayout::contiguous, o, s);
+        }
+        // The composite draws f32 uniforms for f32: the same words, the same mask.
+        const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, s);
+        check_close(tc, simt, DType::f32, "the f32 SIMT kernel", Computed::attention_tf32);
+        check_close(tc, cpu, DType::f32, "the f32 CPU composite", Computed::attention_tf32);
+        CHECK(tc.next == simt.next);
+        // Not the SIMT kernel's values: the products ran on TF32.
+        if (c.d >= 8) CHECK_FALSE(same(tc, simt));
+      }
+}
+
+TEST_CASE("TF32 attention backward is deterministic: two runs bit for bit") {
+  FRESH_SEED();
+  Tf32Scope on(true);
+  for (Dims c : {Dims{2, 3, 200, 200, 64}, Dims{1, 2, 150, 170, 128}, Dims{2, 2, 99, 99, 32}})
+    for (double p : {0.0, 0.2}) {
+      INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", p ", p);
+      Tensor q = randn64({c.b, c.h, c.l, c.d}), k = randn64({c.b, c.h, c.s, c.d});
+      Tensor v = randn64({c.b, c.h, c.s, c.d}), g = randn64({c.b, c.h, c.l, c.d});
+      const SdpaOptions o{.dropout_p = p, .is_causal = true};
+      const Result a = run(q, k, v, g, DType::f32, gpu(), QkvLayout::bthd, o, seed_ + 7);
+      const Result b = run(q, k, v, g, DType::f32, gpu(), QkvLayout::bthd, o, seed_ + 7);
+      CHECK(same(a, b));
+    }
 }
