@@ -8,6 +8,7 @@
 //   sdpa_64x6x256x64_bf16_causal_{fwd,fwd_bwd}_ms   scaled_dot_product_attention at the GPT's
 //                                    shape (issue 19), q, k, v [64, 6, 256, 64] requiring grad
 //   sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms   the same with dropout_p 0.2 (training)
+//   sdpa_64x6x256x64_f32[_tf32]_causal_dropout_fwd_bwd_ms   the same in f32, TF32 off [on]
 //   gemm_8192_{fp32,tf32,bf16}_TFLOPs                                   8192^3 matmul
 //   mlp_step_784_1024_1024_10_b256_sgd_ms   one SGD-momentum training step (TF32 off)
 //   mlp_step_peak_MiB                peak allocated during that step minus allocated before it
@@ -97,6 +98,20 @@ void attention(Device dev, Results& r) {
     Tensor y = scaled_dot_product_attention(q, k, v, dropout);
     y.backward(g);
   });
+  // f32 (the GPT's --dtype tf32 step): SIMT kernels with TF32 off, tensor cores with it on.
+  const TensorOptions f32{.device = dev, .requires_grad = true};
+  Tensor qf = randn({64, 6, 256, 64}, f32), kf = randn({64, 6, 256, 64}, f32), vf = randn({64, 6, 256, 64}, f32);
+  Tensor gf = randn({64, 6, 256, 64}, {.device = dev});
+  const bool tf32_before = allow_tf32();
+  for (bool tf32 : {false, true}) {
+    set_allow_tf32(tf32);
+    r[tf32 ? "sdpa_64x6x256x64_f32_tf32_causal_dropout_fwd_bwd_ms" : "sdpa_64x6x256x64_f32_causal_dropout_fwd_bwd_ms"] =
+        bench::time_ms(dev, 3, 20, [&] {
+          Tensor y = scaled_dot_product_attention(qf, kf, vf, dropout);
+          y.backward(gf);
+        });
+  }
+  set_allow_tf32(tf32_before);
 }
 
 void scans_sorts(Device dev, Results& r) {

@@ -89,6 +89,17 @@ def attention(dev, r):
 
     r["sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms"] = time_ms(dropout_fwd_bwd, 3, 20)
 
+    # f32 (the GPT's TF32 step): PyTorch takes its memory-efficient kernel either way.
+    qf, kf, vf = (torch.randn(64, 6, 256, 64, device=dev, requires_grad=True) for _ in range(3))
+    gf = torch.randn(64, 6, 256, 64, device=dev)
+    before = torch.backends.cuda.matmul.allow_tf32
+    for tf32, key in ((False, "sdpa_64x6x256x64_f32_causal_dropout_fwd_bwd_ms"),
+                      (True, "sdpa_64x6x256x64_f32_tf32_causal_dropout_fwd_bwd_ms")):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        r[key] = time_ms(lambda: F.scaled_dot_product_attention(qf, kf, vf, dropout_p=0.2, is_causal=True).backward(gf),
+                         3, 20)
+    torch.backends.cuda.matmul.allow_tf32 = before
+
 
 def scans_sorts(dev, r):
     rows, cols = 65536, 4096
