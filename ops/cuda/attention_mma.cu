@@ -108,10 +108,11 @@ template <class T> constexpr bool kTf32 = std::is_same_v<T, float>;
 template <class T, int DMAX> constexpr int kPitch = DMAX + kVec<T>;
 
 // Keys per loop step of the forward and dq kernels: 32 for the 128 variant (its D-wide
-// accumulators need the registers), else 64. Queries per step of the dK/dV kernel (two D-wide
-// accumulators): 16 for the 128 variant, else 64.
-template <int DMAX> constexpr int kKeys = DMAX > 64 ? 32 : 64;
-template <int DMAX> constexpr int kQueriesDkdv = DMAX > 64 ? 16 : 64;
+// accumulators need the registers) and for f32 (whose tiles take twice the shared memory: 32
+// keys let 3 CTAs share an SM), else 64. Queries per step of the dK/dV kernel (two D-wide
+// accumulators): 16 for the 128 variant, 32 for f32, else 64.
+template <class T, int DMAX> constexpr int kKeys = DMAX > 64 || sizeof(T) == 4 ? 32 : 64;
+template <class T, int DMAX> constexpr int kQueriesDkdv = DMAX > 64 ? 16 : sizeof(T) == 4 ? 32 : 64;
 // K and V fragments in registers (dK/dV without dropout) and Q, dO fragments (dq) for 16-bit
 // types and DMAX <= 64; the 128 variant and f32 (whose fragments take twice the registers)
 // read them from shared memory at each use. The forward keeps Q's in registers but for f32
@@ -435,7 +436,7 @@ template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads)
     mma_forward_kernel(Heads<T> out, float* __restrict__ lse, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                        Dims g, float scale2, bool causal, Dropout drop, bool vec) {
-  constexpr int NK = kKeys<DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
+  constexpr int NK = kKeys<T, DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
   constexpr int KS = DMAX / kStep<T>, NT = NK / 8, OT = DMAX / 8;
   constexpr bool REGS = kRegsForward<T, DMAX>;
   extern __shared__ uint4 smem[];
@@ -569,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     mma_dq_kernel(Heads<T> dq, float* __restrict__ delta, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                   Heads<const T> v, Heads<const T> out, const float* __restrict__ lse, Dims g, float scale,
                   float scale2, bool causal, Dropout drop, bool vec) {
-  constexpr int NK = kKeys<DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
+  constexpr int NK = kKeys<T, DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
   constexpr int KS = DMAX / kStep<T>, NT = NK / 8, OT = DMAX / 8;
   constexpr bool REGS = kRegs<T, DMAX>;
   static_assert(2 * NK >= kBlock);
@@ -711,7 +712,7 @@ __global__ void __launch_bounds__(kThreads)
     mma_dkdv_kernel(Heads<T> dk, Heads<T> dv, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                     Heads<const T> v, const float* __restrict__ lse, const float* __restrict__ delta, Dims g,
                     float scale, float scale2, bool causal, Dropout drop, bool vec) {
-  constexpr int BQ = kQueriesDkdv<DMAX>;
+  constexpr int BQ = kQueriesDkdv<T, DMAX>;
   constexpr int P = kPitch<T, DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / kStep<T>, NT = BQ / 8;
   constexpr int OT = DMAX / 8;
   constexpr bool REGS = kRegs<T, DMAX> && !DROP;  // (with dropout's Philox, registers for K, V spill)
@@ -890,7 +891,7 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
     if (!fits(q, k, q.sizes[2], kBlock)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const Dims g = dims_of(q, k);
     const bool vec = vectorizable(q) && vectorizable(k) && vectorizable(v) && vectorizable(out);
-    const std::size_t smem = (kBlock + 4 * kKeys<DMAX>) * static_cast<std::size_t>(kPitch<T, DMAX>) * sizeof(T);
+    const std::size_t smem = (kBlock + 4 * kKeys<T, DMAX>) * static_cast<std::size_t>(kPitch<T, DMAX>) * sizeof(T);
     auto* kernel = dropout.p > 0 ? mma_forward_kernel<T, DMAX, true> : mma_forward_kernel<T, DMAX, false>;
     if (cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return static_cast<int>(e);
     const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
@@ -907,7 +908,7 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
                            const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,
                            void* workspace, cudaStream_t stream) {
   return with_mma_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
-    constexpr int BQ = kQueriesDkdv<DMAX>, P = kPitch<T, DMAX>;
+    constexpr int BQ = kQueriesDkdv<T, DMAX>, P = kPitch<T, DMAX>;
     if (!fits(q, k, q.sizes[2], kBlock) || !fits(q, k, k.sizes[2], kBlock))
       return static_cast<int>(cudaErrorInvalidConfiguration);
     const Dims g = dims_of(q, k);
@@ -919,7 +920,7 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
     auto* delta = static_cast<float*>(workspace);
     const auto* lse_p = static_cast<const float*>(lse.data);
 
-    const std::size_t dq_smem = (2 * kBlock + 4 * kKeys<DMAX>) * static_cast<std::size_t>(P) * sizeof(T);
+    const std::size_t dq_smem = (2 * kBlock + 4 * kKeys<T, DMAX>) * static_cast<std::size_t>(P) * sizeof(T);
     auto* dq_kernel = drop ? mma_dq_kernel<T, DMAX, true> : mma_dq_kernel<T, DMAX, false>;
     if (cudaError_t e = allow_smem(dq_kernel, dq_smem); e != cudaSuccess) return static_cast<int>(e);
     const auto dq_blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
