@@ -24,7 +24,6 @@ module;
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -36,6 +35,9 @@ module;
 extern "C" {
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
+// Stops OpenBLAS's server threads (its pthread builds; its own fork handler calls it too).
+// Weak: a build without it links and keeps them.
+int blas_thread_shutdown_(void) __attribute__((weak));
 // The OpenMP runtime Debian's oneDNN is built on (libgomp, linked by CMakeLists.txt); declared
 // here rather than through <omp.h>, which clang would pair with its own libomp.
 void omp_set_num_threads(int);
@@ -73,10 +75,20 @@ void choose_openblas_core() {
 }
 const bool openblas_core_chosen = (choose_openblas_core(), true);
 
+// brrr calls OpenBLAS on one thread at a time (its pool splits the product), so OpenBLAS's own
+// threads are never given work. Its pthread build starts them when it is loaded (cores - 1 of
+// them), and each spins in sched_yield for 2^28 TSC ticks (~0.1 s) before it sleeps: on the
+// 2-vCPU build machine that spinner took the second core from the pool's worker for a
+// process's first ~0.1 s, so a 2-thread GEMM timed then ran at one thread's speed or slower
+// (0.8-0.9 ms against 0.45, from process to process; docs/benchmarks.md, issue 18). They are
+// stopped here, after the count is set to 1: openblas_set_num_threads starts them again when
+// they are stopped, and so would a threaded call, neither of which brrr makes; that restart
+// is OpenBLAS's own after a fork, so a program that threads OpenBLAS itself still can.
 void use_one_openblas_thread() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  openblas_set_num_threads(1);
+  if (blas_thread_shutdown_) blas_thread_shutdown_();
 }
+const bool openblas_one_thread = (use_one_openblas_thread(), true);
 
 // A [rows, cols] operand as cblas and dnnl_sgemm take it: row-major (NoTrans) or transposed, leading dim.
 template <class T> struct MatrixView {
@@ -287,7 +299,6 @@ void CpuBackend::gemm(const GemmArgs& args) {
       if (v > int_max)
         throw Error(ErrorKind::shape,
                     "gemm: dimension or stride " + std::to_string(v) + " exceeds the CPU BLAS's int range");
-    if (args.dtype == DType::f64) use_one_openblas_thread();
     switch (args.dtype) {
       case DType::f32: gemm_native<float>(args); break;
       case DType::f64: gemm_native<double>(args); break;
