@@ -16,6 +16,7 @@ module;
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "backend/contract.hpp"
@@ -75,6 +76,14 @@ bool is_loopback(const std::string& host) {
 // the master is local, else this host's name (PyTorch's choices).
 std::shared_ptr<gloo::transport::Device> device() {
   static std::shared_ptr<gloo::transport::Device> d = [] {
+    // Gloo's TCP pairs write with writev, which raises SIGPIPE when the peer has gone: a rank
+    // left alone with a collective would be killed instead of getting the Error that names
+    // the missing rank (dist_early_exit, ~1 run in 5 once start-up got faster; issue 18's
+    // docs/benchmarks.md). Ignored as Python, and so PyTorch's ranks, ignore it, and only
+    // when nobody chose a disposition: a program's own handler stays.
+    struct sigaction old {};
+    if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO))
+      signal(SIGPIPE, SIG_IGN);
     gloo::transport::tcp::attr attr;
     const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
     const char* master = std::getenv("MASTER_ADDR");

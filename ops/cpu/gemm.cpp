@@ -24,9 +24,10 @@ module;
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 #include "backend/contract.hpp"
 #include "ops/cpu/isa/kernels.hpp"  // cpu::supported
@@ -36,6 +37,9 @@ module;
 extern "C" {
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
+// Stops OpenBLAS's server threads (its pthread builds; its own fork handler calls it too).
+// Weak: a build without it links and keeps them.
+int blas_thread_shutdown_(void) __attribute__((weak));
 // The OpenMP runtime Debian's oneDNN is built on (libgomp, linked by CMakeLists.txt); declared
 // here rather than through <omp.h>, which clang would pair with its own libomp.
 void omp_set_num_threads(int);
@@ -73,10 +77,20 @@ void choose_openblas_core() {
 }
 const bool openblas_core_chosen = (choose_openblas_core(), true);
 
+// brrr calls OpenBLAS on one thread at a time (its pool splits the product), so OpenBLAS's own
+// threads are never given work. Its pthread build starts them when it is loaded (cores - 1 of
+// them), and each spins in sched_yield for 2^28 TSC ticks (~0.1 s) before it sleeps: on the
+// 2-vCPU build machine that spinner took the second core from the pool's worker for a
+// process's first ~0.1 s, so a 2-thread GEMM timed then ran at one thread's speed or slower
+// (0.8-0.9 ms against 0.45, from process to process; docs/benchmarks.md, issue 18). They are
+// stopped here, after the count is set to 1: openblas_set_num_threads starts them again when
+// they are stopped, and so would a threaded call, neither of which brrr makes; that restart
+// is OpenBLAS's own after a fork, so a program that threads OpenBLAS itself still can.
 void use_one_openblas_thread() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  openblas_set_num_threads(1);
+  if (blas_thread_shutdown_) blas_thread_shutdown_();
 }
+const bool openblas_one_thread = (use_one_openblas_thread(), true);
 
 // A [rows, cols] operand as cblas and dnnl_sgemm take it: row-major (NoTrans) or transposed, leading dim.
 template <class T> struct MatrixView {
@@ -130,6 +144,130 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int6
                     std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k) + ", lda " +
                     std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " + std::to_string(ldc));
 }
+void check_dnnl(dnnl_status_t st, const char* what) {
+  if (st != dnnl_success)
+    throw Error(st == dnnl_out_of_memory ? ErrorKind::out_of_memory : ErrorKind::value,
+                std::string("gemm: oneDNN's ") + what + " failed (" + dnnl_status2str(st) + ")");
+}
+
+// Small, narrow f32 products (n <= 16 columns of C, below the split threshold) run oneDNN's
+// matmul primitive (its brgemm kernels) rather than dnnl_sgemm, whose kernels do poorly with
+// so few columns: at the MLP's 128x256x10 it took 9.5 µs against 13.2 (NN and NT alike), and
+// the whole 2-thread GEMM row ~20 % less. Wider small products gained 0-8 % in isolation
+// (one lost 10 %) and the CNN step with them all on the primitive ran ~5 % slower, so they
+// stay on dnnl_sgemm (docs/benchmarks.md, issue 18). A primitive is compiled per shape, so
+// each thread keeps its own, with the memory objects whose pointers are set per call.
+// Products below the split threshold are never split, so which kernel computes one does not
+// depend on the thread count.
+struct SmallKey {
+  std::int64_t m, n, k, lda, ldb, ldc;
+  bool ta, tb, accumulate;
+  bool operator==(const SmallKey&) const = default;
+};
+struct SmallKeyHash {
+  std::size_t operator()(const SmallKey& key) const {
+    std::size_t h = 0;
+    for (std::int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc,
+                           std::int64_t{key.ta} | std::int64_t{key.tb} << 1 | std::int64_t{key.accumulate} << 2})
+      h = h * 1000003u ^ std::hash<std::int64_t>{}(v);
+    return h;
+  }
+};
+// One compiled product; prim stays null when oneDNN has no primitive for it (dnnl_sgemm runs).
+struct SmallPlan {
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
+  SmallPlan() = default;
+  SmallPlan(const SmallPlan&) = delete;
+  SmallPlan& operator=(const SmallPlan&) = delete;
+  ~SmallPlan() {
+    for (dnnl_memory_t m : {a, b, c})
+      if (m) dnnl_memory_destroy(m);
+    if (prim) dnnl_primitive_destroy(prim);
+  }
+};
+struct SmallMatmuls {
+  dnnl_engine_t engine = nullptr;
+  dnnl_stream_t stream = nullptr;
+  std::unordered_map<SmallKey, std::unique_ptr<SmallPlan>, SmallKeyHash> plans;
+  ~SmallMatmuls() {
+    plans.clear();
+    if (stream) dnnl_stream_destroy(stream);
+    if (engine) dnnl_engine_destroy(engine);
+  }
+};
+thread_local SmallMatmuls small_matmuls;
+
+std::unique_ptr<SmallPlan> make_small_plan(dnnl_engine_t engine, const SmallKey& key) {
+  auto plan = std::make_unique<SmallPlan>();
+  dnnl_memory_desc_t a_md, b_md, c_md;
+  const dnnl_dims_t a_dims = {key.m, key.k}, b_dims = {key.k, key.n}, c_dims = {key.m, key.n};
+  const dnnl_dims_t a_strides = {key.ta ? 1 : key.lda, key.ta ? key.lda : 1};
+  const dnnl_dims_t b_strides = {key.tb ? 1 : key.ldb, key.tb ? key.ldb : 1};
+  const dnnl_dims_t c_strides = {key.ldc, 1};
+  check_dnnl(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_f32, a_strides), "memory_desc_init_by_strides");
+  check_dnnl(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_f32, b_strides), "memory_desc_init_by_strides");
+  check_dnnl(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_strides), "memory_desc_init_by_strides");
+  dnnl_matmul_desc_t desc;
+  check_dnnl(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul_desc_init");
+  dnnl_primitive_attr_t attr = nullptr;
+  check_dnnl(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+  std::unique_ptr<std::remove_pointer_t<dnnl_primitive_attr_t>, dnnl_status_t (*)(dnnl_primitive_attr_t)> attr_owner(
+      attr, dnnl_primitive_attr_destroy);
+  if (key.accumulate) {  // C += A B: a sum post-op
+    dnnl_post_ops_t ops = nullptr;
+    check_dnnl(dnnl_post_ops_create(&ops), "post_ops_create");
+    const dnnl_status_t st = dnnl_post_ops_append_sum(ops, 1.0f);
+    const dnnl_status_t st2 = st == dnnl_success ? dnnl_primitive_attr_set_post_ops(attr, ops) : st;
+    dnnl_post_ops_destroy(ops);
+    check_dnnl(st2, "post_ops_append_sum");
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, engine, nullptr);
+  if (st == dnnl_unimplemented) return plan;  // no primitive for this layout: dnnl_sgemm
+  check_dnnl(st, "primitive_desc_create");
+  const dnnl_status_t created = dnnl_primitive_create(&plan->prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  check_dnnl(created, "primitive_create");
+  check_dnnl(dnnl_memory_create(&plan->a, &a_md, engine, DNNL_MEMORY_NONE), "memory_create");
+  check_dnnl(dnnl_memory_create(&plan->b, &b_md, engine, DNNL_MEMORY_NONE), "memory_create");
+  check_dnnl(dnnl_memory_create(&plan->c, &c_md, engine, DNNL_MEMORY_NONE), "memory_create");
+  return plan;
+}
+
+// C = A B (beta 0) or C += A B (beta 1) through a thread's cached primitive; false when that
+// does not apply (another alpha or beta, no primitive), and the caller runs dnnl_sgemm.
+bool small_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                std::int64_t ldc) {
+  if (alpha != 1 || (beta != 0 && beta != 1)) return false;
+  const OneOmpThread one_thread;  // also while compiling: oneDNN sizes its blocking for the threads it sees
+  SmallMatmuls& s = small_matmuls;
+  if (s.engine == nullptr) {
+    check_dnnl(dnnl_engine_create(&s.engine, dnnl_cpu, 0), "engine_create");
+    check_dnnl(dnnl_stream_create(&s.stream, s.engine, dnnl_stream_default_flags), "stream_create");
+  }
+  const SmallKey key{m, n, k, lda, ldb, ldc, ta != CblasNoTrans, tb != CblasNoTrans, beta != 0};
+  auto it = s.plans.find(key);
+  if (it == s.plans.end()) {
+    if (s.plans.size() >= 256) s.plans.clear();  // many shapes (varying sizes): start over
+    it = s.plans.emplace(key, make_small_plan(s.engine, key)).first;
+  }
+  const SmallPlan& plan = *it->second;
+  if (plan.prim == nullptr) return false;
+  check_dnnl(dnnl_memory_set_data_handle(plan.a, const_cast<float*>(a)), "memory_set_data_handle");
+  check_dnnl(dnnl_memory_set_data_handle(plan.b, const_cast<float*>(b)), "memory_set_data_handle");
+  check_dnnl(dnnl_memory_set_data_handle(plan.c, c), "memory_set_data_handle");
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, plan.a}, {DNNL_ARG_WEIGHTS, plan.b}, {DNNL_ARG_DST, plan.c}};
+  check_dnnl(dnnl_primitive_execute(plan.prim, s.stream, 3, args), "primitive_execute");
+  check_dnnl(dnnl_stream_wait(s.stream), "stream_wait");
+  return true;
+}
+bool small_gemm(CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, std::int64_t, std::int64_t, std::int64_t, double, const double*,
+                std::int64_t, const double*, std::int64_t, double, double*, std::int64_t) {
+  return false;  // f64: OpenBLAS
+}
+
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
                const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -145,7 +283,9 @@ void product(const MatrixView<T>& A, const MatrixView<T>& B, T* C, std::int64_t 
   }
   std::int64_t macs = std::max<std::int64_t>(1, n * k);
   if (!split || m * n * k < 2 * min_block_macs) {
-    blas_gemm(A.trans, B.trans, m, n, k, alpha, A.data, A.ld, B.data, B.ld, beta, C, n);
+    if (m * n * k >= 2 * min_block_macs || n > 16 ||  // small_gemm's domain (above it)
+        !small_gemm(A.trans, B.trans, m, n, k, alpha, A.data, A.ld, B.data, B.ld, beta, C, n))
+      blas_gemm(A.trans, B.trans, m, n, k, alpha, A.data, A.ld, B.data, B.ld, beta, C, n);
   } else if (m >= n) {  // blocks of rows of C
     cpu::parallel_for(m, std::max<std::int64_t>(1, min_block_macs / macs), [&](std::int64_t r0, std::int64_t r1) {
       blas_gemm(A.trans, B.trans, r1 - r0, n, k, alpha, A.row(r0), A.ld, B.data, B.ld, beta, C + r0 * n, n);
@@ -287,7 +427,6 @@ void CpuBackend::gemm(const GemmArgs& args) {
       if (v > int_max)
         throw Error(ErrorKind::shape,
                     "gemm: dimension or stride " + std::to_string(v) + " exceeds the CPU BLAS's int range");
-    if (args.dtype == DType::f64) use_one_openblas_thread();
     switch (args.dtype) {
       case DType::f32: gemm_native<float>(args); break;
       case DType::f64: gemm_native<double>(args); break;

@@ -49,10 +49,25 @@ int default_threads() {
 
 thread_local bool in_worker = false;
 
+// How long a worker stays awake for the next region before it sleeps: BRRR_POOL_SPIN_US
+// (0 to 10000; 0: sleep at once), 50 by default. A sleeping worker's vCPU halts, and waking
+// it again costs tens of µs on the 2-vCPU build machine: with the spin the 2-thread GEMMs
+// 128x784x512 / 128x512x256 ran 0.43 / 0.14 ms against 0.46 / 0.16 without (PyTorch 0.46 /
+// 0.14; docs/benchmarks.md, issue 18). It costs ~5 % when another process holds the other
+// core; 200 us and 1 ms cost more there.
+int worker_spin_us() {
+  if (const char* env = std::getenv("BRRR_POOL_SPIN_US")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 0 && v <= 10000) return static_cast<int>(v);
+  }
+  return 50;
+}
+
 // Spins until done() or 200 us have passed: the caller's wait for chunks that workers are
 // running (they end about when its own do), so that it does not sleep and then wait for its
-// own wake-up. Workers do not spin for jobs: with other processes on the machine that made
-// the 2-thread GEMM slower (docs/benchmarks.md, issue 18).
+// own wake-up. Workers stay awake for jobs only briefly (worker_spin_us): longer spins made
+// the 2-thread GEMM slower with other processes on the machine (docs/benchmarks.md, issue 18).
 template <class Done> void spin_briefly(Done done) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
   do {
@@ -154,7 +169,20 @@ private:
     const auto posted = [&] {
       return stop_.load(std::memory_order_relaxed) || (state_.load(std::memory_order_acquire) >> 32) != seen;
     };
+    const int spin_us = worker_spin_us();
     for (;;) {
+      // Awake for a moment after a region: the next one of a burst of ops (back-to-back
+      // GEMMs, a training step) usually comes within it, and then finds the worker running.
+      // Short, so a core shared with other processes loses little.
+      if (spin_us > 0) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+        while (!posted() && std::chrono::steady_clock::now() < until)
+          for (int i = 0; i < 32 && !posted(); ++i) {
+#if defined(__x86_64__)
+            _mm_pause();
+#endif
+          }
+      }
       {
         std::unique_lock lock(mutex_);
         ++sleeping_;
