@@ -8,7 +8,8 @@
 // Tiling. 4 warps (128 threads) per CTA; the CTA owns 64 rows (16 per warp): queries in the
 // forward and dQ kernels, keys in the dK/dV kernel, and loops over tiles of the other side:
 // 64 keys (forward, dq) and 64 queries (dK/dV), or for D > 64, whose D-wide accumulators take
-// the registers, 32 keys and 16 queries. Head dims are padded with zeros to
+// the registers, 32 keys and 16 queries (f32: 32 keys and 32 queries, 16 for D > 64, so that
+// 3 CTAs share an SM). Head dims are padded with zeros to
 // DMAX = 32, 64 or 128 (any D <= 128; the loads zero-fill). Shared memory holds each tile as
 // [rows][DMAX + 8] 16-bit elements: the 16 bytes of padding put the 8 rows an ldmatrix phase
 // reads in 8 different 4-bank groups (no conflicts). Tiles are loaded with 16-byte cp.async
@@ -27,7 +28,9 @@
 // Results go through the warp's own rows of a shared tile (Q, or K and V) to 16-byte stores.
 // No atomics: each output element is written by one thread, summed in a fixed order.
 // Shared memory (bytes, D = 32 / 64 / 128): forward 25600 / 46080 / 52224, dq 30720 / 55296 /
-// 69632, dkdv 31744 / 56320 / 52480. Registers and spills: `-Xptxas -v` (none spill).
+// 69632, dkdv 31744 / 56320 / 52480; f32 (pitch DMAX + 4 floats) forward 27648 / 52224 /
+// 101376, dq 36864 / 69632 / 135168, dkdv 37376 / 70144 / 101632. Registers and spills:
+// `-Xptxas -v` (the bf16/f16 ones do not spill; four f32 variants spill 4-20 bytes).
 //
 // f32 (only when set_allow_tf32 is on) runs the same kernels with mma.sync.m16n8k8.tf32: every
 // operand rounded to TF32 (cvt.rna) as it is loaded into a fragment, a k-step of 8 columns (32
