@@ -131,6 +131,13 @@ class OneOmpThread {
   int previous_;
 };
 
+// Error(out_of_memory) or Error(value) naming the oneDNN call `what` (and `detail`) unless st is success.
+void check_dnnl(dnnl_status_t st, const char* what, const std::string& detail = "") {
+  if (st != dnnl_success)
+    throw Error(st == dnnl_out_of_memory ? ErrorKind::out_of_memory : ErrorKind::value,
+                std::string("gemm: oneDNN's ") + what + " failed (" + dnnl_status2str(st) + ")" + detail);
+}
+
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
   const OneOmpThread one_thread;
@@ -139,15 +146,9 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, std::int64_t m, std::int6
   const dnnl_status_t st = dnnl_sgemm(ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', m, n, k, alpha,
                                       a, lda, b, ldb, beta, c, ldc);
   if (st != dnnl_success)
-    throw Error(st == dnnl_out_of_memory ? ErrorKind::out_of_memory : ErrorKind::value,
-                std::string("gemm: oneDNN's dnnl_sgemm failed (") + dnnl_status2str(st) + ") for m " +
-                    std::to_string(m) + ", n " + std::to_string(n) + ", k " + std::to_string(k) + ", lda " +
-                    std::to_string(lda) + ", ldb " + std::to_string(ldb) + ", ldc " + std::to_string(ldc));
-}
-void check_dnnl(dnnl_status_t st, const char* what) {
-  if (st != dnnl_success)
-    throw Error(st == dnnl_out_of_memory ? ErrorKind::out_of_memory : ErrorKind::value,
-                std::string("gemm: oneDNN's ") + what + " failed (" + dnnl_status2str(st) + ")");
+    check_dnnl(st, "dnnl_sgemm", " for m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                                     std::to_string(k) + ", lda " + std::to_string(lda) + ", ldb " +
+                                     std::to_string(ldb) + ", ldc " + std::to_string(ldc));
 }
 
 // Small, narrow f32 products (n <= 16 columns of C, below the split threshold) run oneDNN's

@@ -64,12 +64,13 @@ int worker_spin_us() {
   return 50;
 }
 
-// Spins until done() or 200 us have passed: the caller's wait for chunks that workers are
-// running (they end about when its own do), so that it does not sleep and then wait for its
-// own wake-up. Workers stay awake for jobs only briefly (worker_spin_us): longer spins made
-// the 2-thread GEMM slower with other processes on the machine (docs/benchmarks.md, issue 18).
-template <class Done> void spin_briefly(Done done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+// Spins until done() or `limit` has passed. The caller waits so (200 us) for chunks that
+// workers are running (they end about when its own do), so that it does not sleep and then
+// wait for its own wake-up; workers wait so for the next job only briefly (worker_spin_us):
+// longer spins made the 2-thread GEMM slower with other processes on the machine
+// (docs/benchmarks.md, issue 18).
+template <class Done> void spin_briefly(Done done, std::chrono::microseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
   do {
     for (int i = 0; i < 64; ++i) {
       if (done()) return;
@@ -126,7 +127,7 @@ public:
       pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
     const auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    spin_briefly(all_done);
+    spin_briefly(all_done, std::chrono::microseconds(200));
     std::unique_lock lock(mutex_);
     done_.wait(lock, all_done);
     job_.store(nullptr, std::memory_order_relaxed);
@@ -174,15 +175,7 @@ private:
       // Awake for a moment after a region: the next one of a burst of ops (back-to-back
       // GEMMs, a training step) usually comes within it, and then finds the worker running.
       // Short, so a core shared with other processes loses little.
-      if (spin_us > 0) {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-        while (!posted() && std::chrono::steady_clock::now() < until)
-          for (int i = 0; i < 32 && !posted(); ++i) {
-#if defined(__x86_64__)
-            _mm_pause();
-#endif
-          }
-      }
+      if (spin_us > 0) spin_briefly(posted, std::chrono::microseconds(spin_us));
       {
         std::unique_lock lock(mutex_);
         ++sleeping_;

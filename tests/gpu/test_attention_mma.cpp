@@ -116,13 +116,6 @@ void check_close(const Result& got, const Result& want, DType dt, const char* ag
 
 std::vector<float> host_f32(const Tensor& t) { return t.to(DType::f32).contiguous().to_host<float>(); }
 
-/// Sets allow_tf32 for the scope and restores it.
-struct Tf32Scope {
-  bool previous = allow_tf32();
-  explicit Tf32Scope(bool allow) { set_allow_tf32(allow); }
-  ~Tf32Scope() { set_allow_tf32(previous); }
-};
-
 bool same(const Result& a, const Result& b) {
   return host_f32(a.y) == host_f32(b.y) && host_f32(a.dq) == host_f32(b.dq) && host_f32(a.dk) == host_f32(b.dk) &&
          host_f32(a.dv) == host_f32(b.dv);
@@ -271,11 +264,11 @@ TEST_CASE("TF32 attention (f32, allow_tf32) vs the f32 SIMT kernel and the f64 C
         const SdpaOptions o{.dropout_p = p, .is_causal = causal};
         Result tc, simt;
         {
-          Tf32Scope on(true);
+          Tf32Guard on(true);
           tc = run(q, k, v, g, DType::f32, gpu(), lay, o, s);
         }
         {
-          Tf32Scope off(false);
+          Tf32Guard off(false);
           simt = run(q, k, v, g, DType::f32, gpu(), QkvLayout::contiguous, o, s);
         }
         // The composite draws f32 uniforms for f32: the same words, the same mask.
@@ -290,7 +283,7 @@ TEST_CASE("TF32 attention (f32, allow_tf32) vs the f32 SIMT kernel and the f64 C
 
 TEST_CASE("TF32 attention backward is deterministic: two runs bit for bit") {
   FRESH_SEED();
-  Tf32Scope on(true);
+  Tf32Guard on(true);
   for (Dims c : {Dims{2, 3, 200, 200, 64}, Dims{1, 2, 150, 170, 128}, Dims{2, 2, 99, 99, 32}})
     for (double p : {0.0, 0.2}) {
       INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", p ", p);

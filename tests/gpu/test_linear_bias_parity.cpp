@@ -30,13 +30,6 @@ namespace {
 using V = std::vector<double>;
 using test::gpu;
 
-/// Restores allow_tf32 when the scope ends.
-struct Tf32Guard {
-  bool previous = allow_tf32();
-  explicit Tf32Guard(bool allow) { set_allow_tf32(allow); }
-  ~Tf32Guard() { set_allow_tf32(previous); }
-};
-
 enum class Lay { contiguous, transposed, padded, strided };
 const Lay lays[] = {Lay::contiguous, Lay::transposed, Lay::padded, Lay::strided};
 

@@ -30,13 +30,6 @@ using V = std::vector<double>;
 
 using test::gpu;
 
-/// Restores allow_tf32 when the scope ends.
-struct Tf32Guard {
-  bool previous = allow_tf32();
-  explicit Tf32Guard(bool allow) { set_allow_tf32(allow); }
-  ~Tf32Guard() { set_allow_tf32(previous); }
-};
-
 // The float64 reference and sum|a||b| per element: test::ref_matmul (tests/ops/matmul_reference.hpp).
 
 enum class Lay { contiguous, transposed, padded, strided, batch_permuted, expanded_batch };

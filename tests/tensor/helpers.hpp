@@ -65,6 +65,15 @@ using namespace brrr;
 /// The device of the GPU suites (they run only where it exists: tests/gpu/gpu_main.cpp).
 inline Device gpu() { return Device::cuda(0); }
 
+/// Sets allow_tf32 for the scope and restores the previous setting.
+struct Tf32Guard {
+  bool previous = allow_tf32();
+  explicit Tf32Guard(bool allow) { set_allow_tf32(allow); }
+  ~Tf32Guard() { set_allow_tf32(previous); }
+  Tf32Guard(const Tf32Guard&) = delete;
+  Tf32Guard& operator=(const Tf32Guard&) = delete;
+};
+
 /// CHECKs that a GPU result matches its (CPU) reference: defined, on cuda:0, the same dtype
 /// and shape, elements close under `o` (NaN equal to NaN). Used by the GPU parity suites.
 inline void check_parity(const Tensor& g, const Tensor& c, const std::string& what, testing::CloseOptions o = {}) {
