@@ -615,6 +615,24 @@ template <class F> void with_op(ReduceOp op, F&& f) {
      CUDA: per-block partial sums in a workspace, then a sum over blocks, no atomics). */                          \
   X(layer_norm_backward, (const Operand* dx, const Operand* dweight, const Operand* dbias, const Operand& grad,     \
                           const Operand& in, const Operand& mean, const Operand& rstd, const Operand* weight))     \
+  /* Dropout, residual add and layer norm in one pass (FlashAttention's dropout_add_layer_norm, prenorm) over        \
+     contiguous [rows, cols]: t = x0 * z rounded to x0's dtype (z as `dropout`'s for element i of x0 at `d`; t = x0 \
+     when d.p == 0), sum = t + residual rounded to sum's dtype (sum = t when residual is nullptr), out = layer_norm \
+     of sum as stored (as `layer_norm`: mean/rstd written, weight/bias in sum's dtype or nullptr) rounded to out's   \
+     dtype; mask (bool) as `dropout` writes it, when d.p > 0 (else nullptr). Dtypes: x0 and out one floating dtype;  \
+     residual and sum one dtype, x0's or f32 for bf16/f16 x0. cols % 4 == 0 and cols <= 1024 (512 for f64). */      \
+  X(dropout_add_layer_norm, (const Operand& out, const Operand& sum, const Operand* mask, const Operand& mean,      \
+                             const Operand& rstd, const Operand& x0, const Operand* residual, const Operand* weight, \
+                             const Operand* bias, double eps, const AttentionDropout& d))                             \
+  /* Its gradients: ds = layer_norm_backward's dx of grad_out over `sum` (weight in the accumulation dtype or       \
+     nullptr) plus grad_sum (sum's dtype; nullptr: none), in the accumulation dtype; dresidual (sum's dtype) = ds;   \
+     dx0 (x0's dtype) = g * z with g = ds rounded to x0's dtype (z from the mask and p as dropout_backward's; g      \
+     alone when mask is nullptr); dweight/dbias as layer_norm_backward's. Any of dx0, dresidual, dweight, dbias may  \
+     be nullptr. grad_out in x0's dtype; shapes, dtypes and cols as in the forward. */                               \
+  X(dropout_add_layer_norm_backward, (const Operand* dx0, const Operand* dresidual, const Operand* dweight,          \
+                                      const Operand* dbias, const Operand& grad_out, const Operand* grad_sum,        \
+                                      const Operand& sum, const Operand& mean, const Operand& rstd,                 \
+                                      const Operand* weight, const Operand* mask, double p))                        \
   /* Batch-norm statistics per channel c of contiguous in [N, C, M] (floating): mean[c] and invstd[c] = 1 /       \
      sqrt(var + eps), var the biased variance over the N*M elements (CPU: two-pass; CUDA: one pass, Welford per    \
      thread and Chan's pairwise combination, in a fixed order); mean/invstd [C] in the accumulation dtype (f64 for \

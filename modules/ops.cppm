@@ -770,6 +770,19 @@ struct TripletMarginOptions {
 /// normalized_shape. One fused row kernel forward.
 [[nodiscard]] Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                                 const Tensor& bias = {}, double eps = 1e-5);
+/// A pre-norm transformer's residual step in one pass (FlashAttention's dropout_add_layer_norm
+/// with prenorm, Dao et al.): with s = residual + dropout(x0, p, training) (x0's dropout alone
+/// when residual is undefined), returns {layer_norm(s, {C}, weight, bias, eps) in x0's dtype,
+/// s}, C = x0's last dim. s has the promoted dtype of x0 and residual (under bf16 autocast, an
+/// f32 residual stream with a bf16 branch: s f32, the normalised output bf16, ready for the
+/// next linear). x0 and residual of one shape and device; weight/bias [C] or undefined. Exactly
+/// the composite's values (dropout draws the same mask from the same generator state); on CUDA
+/// one kernel forward and one backward for rows of C % 4 == 0, C <= 1024 (512 for f64), the
+/// composite otherwise. Not an autocast op: the dtypes are the inputs'. Error(shape) for
+/// mismatched shapes, Error(dtype) for non-floating inputs.
+[[nodiscard]] std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x0, const Tensor& residual,
+                                                               const Tensor& weight, const Tensor& bias, double p,
+                                                               double eps = 1e-5, bool training = true);
 
 /// Batch normalisation (Ioffe & Szegedy 2015), PyTorch's F.batch_norm, over input [N, C, *]
 /// (floating) per channel c: (x - mean_c) / sqrt(var_c + eps) * weight[c] + bias[c].

@@ -104,6 +104,34 @@ Tensor empty_grad_like(const Tensor& like) {
   return empty(sizes, {.dtype = like.dtype(), .device = like.device()}).permute(inverse);
 }
 
+// q, k, v split from one projection: views of one storage with equal shapes and strides, k
+// and v at equal steps after q, in rows of a dense layout ([B, T, 3, H, D] memory from a
+// [B, T, 3 H D] projection). Then their gradients are made views of one buffer in that same
+// layout (disjoint: the checks below), so that split's backward, a cat of the three, finds
+// them already in place and copies nothing. Returns the step (elements), 0 when not packed.
+std::int64_t packed_step(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (q.storage().data() != k.storage().data() || q.storage().data() != v.storage().data()) return 0;
+  if (q.shape() != k.shape() || q.shape() != v.shape() || q.strides() != k.strides() || q.strides() != v.strides())
+    return 0;
+  const std::int64_t step = k.storage_offset() - q.storage_offset();
+  if (step <= 0 || v.storage_offset() - k.storage_offset() != step) return 0;
+  // Dims by stride, innermost first (size-1 dims carry no elements).
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
+  for (std::int64_t d = 0; d < q.dim(); ++d)
+    if (q.size(d) > 1) dims.emplace_back(q.stride(d), q.size(d));
+  std::sort(dims.begin(), dims.end());
+  std::size_t i = 0;
+  std::int64_t inner = 1;  // the dense extent of the innermost dims
+  for (; i < dims.size() && dims[i].first == inner; ++i) inner *= dims[i].second;
+  // The rest: dense rows of `row` elements, each holding q's, k's and v's blocks disjointly.
+  const std::int64_t row = i < dims.size() ? dims[i].first : 3 * step;
+  for (std::int64_t expect = row; i < dims.size(); ++i) {
+    if (dims[i].first != expect) return 0;
+    expect *= dims[i].second;
+  }
+  return step >= inner && 2 * step + inner <= row ? step : 0;
+}
+
 struct FlashParams {
   double scale;
   bool causal;
@@ -143,7 +171,17 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
   const Tensor out = c.saved(3), lse = c.saved(4);
   const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
   Tensor gc = last_dim_contiguous(g.dtype() == q.dtype() ? g : g.to(q.dtype()));
-  Tensor dq = empty_grad_like(q), dk = empty_grad_like(k), dv = empty_grad_like(v);
+  Tensor dq, dk, dv;
+  if (const std::int64_t step = packed_step(q, k, v)) {
+    std::int64_t span = 2 * step + 1;  // from q's first element to v's last
+    for (std::int64_t d = 0; d < q.dim(); ++d) span += (q.size(d) - 1) * q.stride(d);
+    Tensor buf = empty({span}, {.dtype = q.dtype(), .device = q.device()});
+    dq = buf.as_strided(q.shape(), q.strides(), 0);
+    dk = buf.as_strided(q.shape(), q.strides(), step);
+    dv = buf.as_strided(q.shape(), q.strides(), 2 * step);
+  } else {
+    dq = empty_grad_like(q), dk = empty_grad_like(k), dv = empty_grad_like(v);
+  }
   backend::backend_for(q.device())
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
                           backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),

@@ -138,10 +138,37 @@ public:
       parts[i] = !given ? zeros(shapes_[i], {.dtype = dtype_, .device = device_})
                         : grads[i].dtype() == dtype_ ? grads[i] : grads[i].to(dtype_);
     }
-    return {parts.size() == 1 ? parts[0] : cat(parts, dim_)};
+    if (parts.size() == 1) return {parts[0]};
+    if (Tensor whole = in_place(parts); whole.defined()) return {whole};
+    return {cat(parts, dim_)};
   }
 
 private:
+  // When the gradients are already the windows of one contiguous tensor of the input's shape
+  // (the fused attention writes q's, k's and v's so), that tensor: no copy. Undefined otherwise.
+  Tensor in_place(const std::vector<Tensor>& parts) const {
+    if (autograd::is_grad_enabled()) return Tensor();  // create_graph: the cat keeps the graph
+    for (const Tensor& p : parts)
+      if (p.numel() == 0) return Tensor();
+    Shape whole = parts[0].shape();
+    whole[static_cast<std::size_t>(dim_)] = 0;
+    for (const Tensor& p : parts) whole[static_cast<std::size_t>(dim_)] += p.size(dim_);
+    Shape strides(whole.size());
+    std::int64_t stride = 1;
+    for (std::size_t d = whole.size(); d-- > 0;) {
+      strides[d] = stride;
+      stride *= whole[d];
+    }
+    std::int64_t offset = parts[0].storage_offset();
+    for (const Tensor& p : parts) {
+      if (p.storage().data() != parts[0].storage().data() || p.storage_offset() != offset) return Tensor();
+      for (std::int64_t d = 0; d < p.dim(); ++d)
+        if (p.size(d) > 1 && p.stride(d) != strides[static_cast<std::size_t>(d)]) return Tensor();
+      offset += p.size(dim_) * strides[static_cast<std::size_t>(dim_)];
+    }
+    return parts[0].as_strided(whole, strides, parts[0].storage_offset());
+  }
+
   std::int64_t dim_;
   std::vector<Shape> shapes_;
   DType dtype_;

@@ -169,4 +169,165 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   return out;
 }
 
+// ---------------------------------------------------------------------------------------
+// dropout_add_layer_norm
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* fused_op = "dropout_add_layer_norm";
+
+// The composite (any device, shape or dtype; and create_graph's backward): the same values.
+std::pair<Tensor, Tensor> dropout_add_layer_norm_composite(const Tensor& x0, const Tensor& residual,
+                                                           const Tensor& weight, const Tensor& bias, double p,
+                                                           double eps, bool training) {
+  Tensor t = dropout(x0, p, training);
+  Tensor s = residual.defined() ? add(residual, t) : t;
+  Tensor out = layer_norm(s, {s.size(-1)}, weight, bias, eps);
+  return {as_dtype(out, x0.dtype()), s};
+}
+
+// Whether the backend's fused kernels take these operands (else the composite): the contract's
+// dtypes, and on CUDA its rows (the CPU takes any).
+bool fused_supported(Device dev, const Tensor& x0, DType sum_dtype, std::int64_t cols) {
+  const bool dtypes = sum_dtype == x0.dtype() ||
+                      (sum_dtype == DType::f32 && (x0.dtype() == DType::bf16 || x0.dtype() == DType::f16));
+  return dtypes && (!dev.is_cuda() || (cols % 4 == 0 && cols <= (x0.dtype() == DType::f64 ? 512 : 1024)));
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x0, const Tensor& residual, const Tensor& weight,
+                                                 const Tensor& bias, double p, double eps, bool training) {
+  NvtxRange range(fused_op);
+  require_defined(fused_op, x0);
+  const Device dev = common_device(fused_op, {x0, residual, weight, bias});
+  require_floating(fused_op, x0);
+  if (residual.defined()) {
+    require_floating(fused_op, residual, "residual");
+    if (residual.shape() != x0.shape())
+      throw Error(ErrorKind::shape, std::string(fused_op) + ": residual shape " + to_string(residual.shape()) +
+                                        " does not match x0 shape " + to_string(x0.shape()));
+  }
+  if (x0.dim() == 0)
+    throw Error(ErrorKind::shape, std::string(fused_op) + ": expected x0 with at least one dim, got " + describe(x0));
+  if (!(p >= 0.0 && p <= 1.0)) throw Error::bad_value(fused_op, "probability p", p, "in [0, 1]");
+  const std::int64_t cols = x0.size(-1);
+  const Shape normalized{cols};
+  if (weight.defined() && weight.shape() != normalized)
+    throw Error(ErrorKind::shape, std::string(fused_op) + ": weight shape " + to_string(weight.shape()) +
+                                      " does not match [" + std::to_string(cols) + "]");
+  if (bias.defined() && bias.shape() != normalized)
+    throw Error(ErrorKind::shape, std::string(fused_op) + ": bias shape " + to_string(bias.shape()) +
+                                      " does not match [" + std::to_string(cols) + "]");
+  if (weight.defined()) require_floating(fused_op, weight, "weight");
+  if (bias.defined()) require_floating(fused_op, bias, "bias");
+
+  const DType sum_dtype = residual.defined() ? promote_types(x0.dtype(), residual.dtype()) : x0.dtype();
+  const bool drop = training && p > 0.0;
+  if (p == 1.0 || x0.numel() == 0 || !fused_supported(dev, x0, sum_dtype, cols))
+    return dropout_add_layer_norm_composite(x0, residual, weight, bias, p, eps, training);
+
+  const std::int64_t rows = x0.numel() / cols;
+  const DType stat = compute_dtype(sum_dtype);
+  Tensor out, s, mask, mu, rs;
+  backend::AttentionDropout d;
+  {
+    NoGradGuard no_grad;
+    Tensor xc = x0.contiguous();
+    Tensor rc = residual.defined() ? as_dtype(residual, sum_dtype).contiguous() : Tensor();
+    Tensor wc = weight.defined() ? as_dtype(weight, sum_dtype).contiguous() : Tensor();
+    Tensor bc = bias.defined() ? as_dtype(bias, sum_dtype).contiguous() : Tensor();
+    out = empty(x0.shape(), {.dtype = x0.dtype(), .device = dev});
+    s = empty(x0.shape(), {.dtype = sum_dtype, .device = dev});
+    mu = empty({rows}, {.dtype = stat, .device = dev});
+    rs = empty({rows}, {.dtype = stat, .device = dev});
+    if (drop) {
+      mask = empty(x0.shape(), {.dtype = DType::boolean, .device = dev});
+      d = draw_dropout(p, x0.dtype(), dev, x0.numel());
+    }
+    backend::Operand ro, wo, bo, mo;
+    if (rc.defined()) ro = backend::input(rc.view({rows, cols}), fused_op);
+    if (wc.defined()) wo = backend::input(wc, fused_op);
+    if (bc.defined()) bo = backend::input(bc, fused_op);
+    if (drop) mo = backend::output(mask.view({rows, cols}), fused_op);
+    backend::backend_for(dev).dropout_add_layer_norm(
+        backend::output(out.view({rows, cols}), fused_op), backend::output(s.view({rows, cols}), fused_op),
+        drop ? &mo : nullptr, backend::output(mu, fused_op), backend::output(rs, fused_op),
+        backend::input(xc.view({rows, cols}), fused_op), rc.defined() ? &ro : nullptr, wc.defined() ? &wo : nullptr,
+        bc.defined() ? &bo : nullptr, eps, d);
+  }
+  if (autograd::any_requires_grad({x0, residual, weight, bias})) {
+    struct Meta {
+      DType x0_dtype, res_dtype, w_dtype, b_dtype;
+      std::int64_t rows, cols;
+      double p;
+      double eps;
+    };
+    Meta m{x0.dtype(), residual.defined() ? residual.dtype() : sum_dtype, weight.defined() ? weight.dtype() : sum_dtype,
+           bias.defined() ? bias.dtype() : sum_dtype, rows, cols, drop ? p : 0.0, eps};
+    autograd::record(
+        "DropoutAddLayerNormBackward", {x0, residual, weight, bias}, {out, s}, {s, weight, mu, rs, mask},
+        [m](const autograd::Backward& c) {
+          const Tensor sv = c.saved(0), w = c.saved(1), mu_saved = c.saved(2), rs_saved = c.saved(3), mk = c.saved(4);
+          const Device dev = sv.device();
+          const DType dt = compute_dtype(sv.dtype());
+          Tensor g_out = c.grad(0), g_sum = c.grad(1);
+          if (autograd::is_grad_enabled()) {
+            // create_graph: the same gradients as recorded ops (of the saved sum, the grads and w).
+            const Shape rc{m.rows, m.cols};
+            Tensor x = as_dtype(sv.reshape(rc), dt);
+            Tensor dev_x = sub(x, mean(x, {1}, true));  // statistics recomputed, as layer_norm's graph rule
+            Tensor rsr = rsqrt(add(mean(mul(dev_x, dev_x), {1}, true), m.eps));
+            Tensor xhat = mul(dev_x, rsr);
+            Tensor g = g_out.defined() ? as_dtype(g_out.reshape(rc), dt) : zeros(rc, {.dtype = dt, .device = dev});
+            Tensor gw = w.defined() ? mul(g, as_dtype(w, dt).reshape({1, m.cols})) : g;
+            Tensor ds = mul(rsr,
+                            sub(sub(gw, mean(gw, {1}, true)), mul(xhat, mean(mul(gw, xhat), {1}, true))));
+            ds = as_dtype(ds, sv.dtype());
+            if (g_sum.defined()) ds = add(ds, as_dtype(g_sum.reshape(rc), sv.dtype()));
+            Tensor dx0 = as_dtype(ds, m.x0_dtype);
+            if (mk.defined()) dx0 = mul(dx0, mul(as_dtype(mk.reshape(rc), m.x0_dtype), 1.0 / (1.0 - m.p)));
+            return autograd::Grads{c.needs(0) ? dx0.reshape(sv.shape()) : Tensor(),
+                                   c.needs(1) ? as_dtype(ds, m.res_dtype).reshape(sv.shape()) : Tensor(),
+                                   c.needs(2) ? as_dtype(sum(mul(g, xhat), {0}), m.w_dtype) : Tensor(),
+                                   c.needs(3) ? as_dtype(sum(g, {0}), m.b_dtype) : Tensor()};
+          }
+          Tensor dx0, dres, dw, db;
+          if (c.needs(0)) dx0 = empty(sv.shape(), {.dtype = m.x0_dtype, .device = dev});
+          if (c.needs(1)) dres = empty(sv.shape(), {.dtype = sv.dtype(), .device = dev});
+          if (c.needs(2)) dw = empty({m.cols}, {.dtype = dt, .device = dev});
+          if (c.needs(3)) db = empty({m.cols}, {.dtype = dt, .device = dev});
+          if (!g_out.defined()) {
+            // Only the sum's gradient: the layer norm contributes nothing.
+            NoGradGuard no_grad;
+            g_out = zeros(sv.shape(), {.dtype = m.x0_dtype, .device = dev});
+          }
+          Tensor go = as_dtype(g_out, m.x0_dtype).contiguous();
+          Tensor gs = g_sum.defined() ? as_dtype(g_sum, sv.dtype()).contiguous() : Tensor();
+          Tensor wc = w.defined() ? as_dtype(w, dt).contiguous() : Tensor();
+          const std::int64_t rows = m.rows, cols = m.cols;
+          backend::Operand o0, orr, ow, ob, gso, wo, mo;
+          if (dx0.defined()) o0 = backend::output(dx0.view({rows, cols}), fused_op);
+          if (dres.defined()) orr = backend::output(dres.view({rows, cols}), fused_op);
+          if (dw.defined()) ow = backend::output(dw, fused_op);
+          if (db.defined()) ob = backend::output(db, fused_op);
+          if (gs.defined()) gso = backend::input(gs.view({rows, cols}), fused_op);
+          if (wc.defined()) wo = backend::input(wc, fused_op);
+          if (mk.defined()) mo = backend::input(mk.view({rows, cols}), fused_op);
+          backend::backend_for(dev).dropout_add_layer_norm_backward(
+              dx0.defined() ? &o0 : nullptr, dres.defined() ? &orr : nullptr, dw.defined() ? &ow : nullptr,
+              db.defined() ? &ob : nullptr, backend::input(go.view({rows, cols}), fused_op),
+              gs.defined() ? &gso : nullptr, backend::input(sv.view({rows, cols}), fused_op),
+              backend::input(mu_saved, fused_op), backend::input(rs_saved, fused_op), wc.defined() ? &wo : nullptr,
+              mk.defined() ? &mo : nullptr, m.p);
+          if (dres.defined()) dres = as_dtype(dres, m.res_dtype);
+          if (dw.defined()) dw = as_dtype(dw, m.w_dtype);
+          if (db.defined()) db = as_dtype(db, m.b_dtype);
+          return autograd::Grads{dx0, dres, dw, db};
+        });
+  }
+  return {out, s};
+}
+
 }  // namespace brrr

@@ -44,6 +44,8 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 import brrr;
 
@@ -151,7 +153,8 @@ struct Vocab {
 class LayerNormImpl final : public nn::ModuleImpl {
 public:
   explicit LayerNormImpl(std::int64_t n) : n_(n) { register_parameter("weight", ones({n}, {.requires_grad = true})); }
-  Tensor forward(const Tensor& x) override { return layer_norm(x, {n_}, own_parameters()[0].second, Tensor(), 1e-5); }
+  Tensor forward(const Tensor& x) override { return layer_norm(x, {n_}, weight(), Tensor(), 1e-5); }
+  Tensor weight() { return own_parameters()[0].second; }
   std::string name() const override { return "LayerNorm(" + std::to_string(n_) + ")"; }
 
 private:
@@ -160,7 +163,7 @@ private:
 
 class AttentionImpl final : public nn::ModuleImpl {
 public:
-  AttentionImpl(const Config& c) : h_(c.n_head), e_(c.n_embd), p_(c.dropout) {
+  AttentionImpl(const Config& c) : h_(c.n_head), e_(c.n_embd), p_(c.dropout) {  // p_: the attention's dropout
     c_attn = nn::Linear(c.n_embd, 3 * c.n_embd, false).impl();
     c_proj = nn::Linear(c.n_embd, c.n_embd, false).impl();
     register_module("c_attn", c_attn);
@@ -172,7 +175,7 @@ public:
     auto heads = [&](const Tensor& z) { return z.reshape({b, t, h_, d}).transpose(1, 2); };  // [B, H, T, D]
     Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
                                             {.dropout_p = training ? p_ : 0.0, .is_causal = true});
-    return dropout(c_proj->forward(y.transpose(1, 2).reshape({b, t, e_})), p_, training);
+    return c_proj->forward(y.transpose(1, 2).reshape({b, t, e_}));  // its dropout: the next residual step's
   }
   std::string name() const override { return "CausalSelfAttention"; }
   std::shared_ptr<nn::ModuleImpl> c_attn, c_proj;
@@ -184,36 +187,43 @@ private:
 
 class MlpImpl final : public nn::ModuleImpl {
 public:
-  MlpImpl(const Config& c) : p_(c.dropout) {
+  MlpImpl(const Config& c) {
     c_fc = nn::Linear(c.n_embd, 4 * c.n_embd, false).impl();
     c_proj = nn::Linear(4 * c.n_embd, c.n_embd, false).impl();
     register_module("c_fc", c_fc);
     register_module("c_proj", c_proj);
   }
-  Tensor forward(const Tensor& x) override { return dropout(c_proj->forward(gelu(c_fc->forward(x))), p_, training); }
+  // Its dropout: the next residual step's.
+  Tensor forward(const Tensor& x) override { return c_proj->forward(gelu(c_fc->forward(x))); }
   std::string name() const override { return "MLP"; }
   std::shared_ptr<nn::ModuleImpl> c_fc, c_proj;
-
-private:
-  double p_;
 };
 
+// nanoGPT's block, x + attn(ln_1(x)) then x + mlp(ln_2(x)) with each branch's dropout, written
+// as FlashAttention's GPT does: each residual step (the previous branch's dropout, the add, the
+// next layer norm) is one dropout_add_layer_norm. forward takes the previous branch's output
+// `hidden` (before its dropout) and the residual stream (undefined in the first block, whose
+// `hidden` is the embeddings) and returns the same pair for the next block.
 class BlockImpl final : public nn::ModuleImpl {
 public:
-  BlockImpl(const Config& c) {
+  BlockImpl(const Config& c) : p_(c.dropout) {
     ln_1 = register_module("ln_1", std::make_shared<LayerNormImpl>(c.n_embd));
     attn = register_module("attn", std::make_shared<AttentionImpl>(c));
     ln_2 = register_module("ln_2", std::make_shared<LayerNormImpl>(c.n_embd));
     mlp = register_module("mlp", std::make_shared<MlpImpl>(c));
   }
-  Tensor forward(const Tensor& x) override {
-    Tensor h = add(x, attn->forward(ln_1->forward(x)));
-    return add(h, mlp->forward(ln_2->forward(h)));
+  std::pair<Tensor, Tensor> forward(const Tensor& hidden, const Tensor& residual) {
+    auto [h1, r1] = dropout_add_layer_norm(hidden, residual, ln_1->weight(), Tensor(), p_, 1e-5, training);
+    auto [h2, r2] = dropout_add_layer_norm(attn->forward(h1), r1, ln_2->weight(), Tensor(), p_, 1e-5, training);
+    return {mlp->forward(h2), r2};
   }
   std::string name() const override { return "Block"; }
   std::shared_ptr<LayerNormImpl> ln_1, ln_2;
   std::shared_ptr<AttentionImpl> attn;
   std::shared_ptr<MlpImpl> mlp;
+
+private:
+  double p_;
 };
 
 // "transformer": wte, wpe, h.0 ... h.{n-1}, ln_f.
@@ -236,9 +246,11 @@ public:
   Tensor forward(const Tensor& idx) override {
     const std::int64_t t = idx.size(1);
     Tensor pos = arange(t, {.dtype = DType::i64, .device = idx.device()});
-    Tensor x = dropout(add(wte->forward(idx), wpe->forward(pos)), p_, training);
-    for (auto& b : blocks) x = b->forward(x);
-    return ln_f->forward(x);
+    // nanoGPT: x = drop(wte + wpe), the blocks, ln_f(x); the dropout of the embeddings is the
+    // first block's first residual step, the last block's MLP dropout ln_f's.
+    Tensor hidden = add(wte->forward(idx), wpe->forward(pos)), residual;
+    for (auto& b : blocks) std::tie(hidden, residual) = b->forward(hidden, residual);
+    return dropout_add_layer_norm(hidden, residual, ln_f->weight(), Tensor(), p_, 1e-5, training).first;
   }
   std::string name() const override { return "Transformer"; }
   std::shared_ptr<nn::ModuleImpl> wte, wpe;

@@ -13,9 +13,11 @@ module;
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 #include "backend/contract.hpp"
 #include "ops/cpu/isa/kernels.hpp"
 #include "ops/cpu/loops.hpp"
+#include "ops/random_transform.hpp"
 module brrr.backend;
 import brrr.tensor;
 
@@ -201,6 +203,169 @@ void CpuBackend::layer_norm_backward(const Operand* dx, const Operand* dweight, 
           }
         });
       }
+    }
+  });
+}
+
+// --- dropout_add_layer_norm (ops/layer_norm.cpp) --------------------------------------
+// The reference: each step rounded where the composite (dropout, add, layer_norm, to) rounds,
+// the row statistics and gradients in double as layer_norm's.
+
+namespace {
+
+// Calls f((T0*)nullptr, (TS*)nullptr) for x0's dtype T0 and the sum's TS (T0, or f32 for bf16/f16).
+template <class F> void dispatch_fused(const char* op, DType x0, DType sum, F&& f) {
+  dispatch(x0, [&]<class T0>(T0*) {
+    if constexpr (!is_floating<T0>) {
+      not_floating(op, x0);
+    } else if (sum == x0) {
+      f(static_cast<T0*>(nullptr), static_cast<T0*>(nullptr));
+    } else if constexpr (sizeof(T0) == 2) {
+      if (sum != DType::f32)
+        throw Error(ErrorKind::dtype, std::string(op) + ": the sum's dtype must be x0's or f32, got " + to_string(sum));
+      f(static_cast<T0*>(nullptr), static_cast<float*>(nullptr));
+    } else {
+      throw Error(ErrorKind::dtype, std::string(op) + ": the sum's dtype must be x0's, got " + to_string(sum));
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::dropout_add_layer_norm(const Operand& out, const Operand& sum, const Operand* mask,
+                                        const Operand& mean, const Operand& rstd, const Operand& x0,
+                                        const Operand* residual, const Operand* weight, const Operand* bias,
+                                        double eps, const AttentionDropout& d) {
+  namespace rt = random_transform;
+  const std::int64_t cols = cols_of(x0);
+  if (cols == 0 || x0.numel == 0) return;
+  if (d.p > 0 && d.seed_offset)
+    throw Error(ErrorKind::device, "dropout_add_layer_norm: a CUDA graph's dropout state on the CPU");
+  const std::int64_t rows = x0.numel / cols;
+  dispatch_fused("dropout_add_layer_norm", x0.dtype, sum.dtype, [&]<class T0, class TS>(T0*, TS*) {
+    using Stat = accumulate_t<TS>;
+    constexpr std::int64_t words_per = std::is_same_v<T0, double> ? 2 : 1;
+    const bool drop = d.p > 0;
+    const T0 keep = narrow_to<T0>(drop ? 1.0 / (1.0 - d.p) : 1.0), zero = narrow_to<T0>(0.0);
+    const float p32 = static_cast<float>(d.p);
+    const auto* x = static_cast<const T0*>(x0.data);
+    const auto* res = residual ? static_cast<const TS*>(residual->data) : nullptr;
+    const auto* w = weight ? static_cast<const TS*>(weight->data) : nullptr;
+    const auto* b = bias ? static_cast<const TS*>(bias->data) : nullptr;
+    auto* y = static_cast<T0*>(out.data);
+    auto* sm = static_cast<TS*>(sum.data);
+    auto* m = mask ? static_cast<bool*>(mask->data) : nullptr;
+    auto* mo = static_cast<Stat*>(mean.data);
+    auto* ro = static_cast<Stat*>(rstd.data);
+    cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+      std::vector<std::uint32_t> words(drop ? static_cast<std::size_t>(cols * words_per) : 0);
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const std::int64_t e0 = r * cols;
+        if (drop)
+          rt::philox_words(d.seed, d.offset + static_cast<std::uint64_t>(e0 * words_per), words.data(),
+                           static_cast<std::uint64_t>(cols * words_per));
+        double s = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const std::int64_t e = e0 + c;
+          T0 t = x[e];
+          if (drop) {
+            const std::size_t k = static_cast<std::size_t>(c);
+            bool kept;
+            if constexpr (std::is_same_v<T0, double>) kept = rt::uniform53(words[2 * k], words[2 * k + 1]) >= d.p;
+            else kept = rt::uniform_bits(words[k], 24) >= p32;
+            m[e] = kept;
+            t = narrow_to<T0>(load<T0>(x[e]) * load<T0>(kept ? keep : zero));
+          }
+          sm[e] = res ? narrow_to<TS>(static_cast<double>(load<T0>(t)) + static_cast<double>(load<TS>(res[e])))
+                      : narrow_to<TS>(load<T0>(t));
+          s += static_cast<double>(load<TS>(sm[e]));
+        }
+        const double mu = s / static_cast<double>(cols);
+        double sq = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const double dv = static_cast<double>(load<TS>(sm[e0 + c])) - mu;
+          sq += dv * dv;
+        }
+        const double rs = 1.0 / std::sqrt(sq / static_cast<double>(cols) + eps);
+        mo[r] = static_cast<Stat>(mu);
+        ro[r] = static_cast<Stat>(rs);
+        for (std::int64_t c = 0; c < cols; ++c) {
+          double v = (static_cast<double>(load<TS>(sm[e0 + c])) - mu) * rs;
+          if (w) v *= static_cast<double>(load<TS>(w[c]));
+          if (b) v += static_cast<double>(load<TS>(b[c]));
+          y[e0 + c] = narrow_to<T0>(load<TS>(narrow_to<TS>(v)));  // layer_norm's output, then to(x0's dtype)
+        }
+      }
+    });
+  });
+}
+
+void CpuBackend::dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual, const Operand* dweight,
+                                                 const Operand* dbias, const Operand& grad_out,
+                                                 const Operand* grad_sum, const Operand& sum, const Operand& mean,
+                                                 const Operand& rstd, const Operand* weight, const Operand* mask,
+                                                 double p) {
+  const std::int64_t cols = cols_of(sum);
+  if (cols == 0 || sum.numel == 0) return;
+  const std::int64_t rows = sum.numel / cols;
+  dispatch_fused("dropout_add_layer_norm backward", grad_out.dtype, sum.dtype, [&]<class T0, class TS>(T0*, TS*) {
+    using A = accumulate_t<TS>;
+    const T0 keep = narrow_to<T0>(mask ? 1.0 / (1.0 - p) : 1.0), zero = narrow_to<T0>(0.0);
+    const auto* x = static_cast<const TS*>(sum.data);
+    const auto* g = static_cast<const T0*>(grad_out.data);
+    const auto* gs = grad_sum ? static_cast<const TS*>(grad_sum->data) : nullptr;
+    const auto* mu = static_cast<const A*>(mean.data);
+    const auto* rs = static_cast<const A*>(rstd.data);
+    const auto* w = weight ? static_cast<const A*>(weight->data) : nullptr;
+    const auto* m = mask ? static_cast<const bool*>(mask->data) : nullptr;
+    auto xhat = [&](std::int64_t r, std::int64_t c) {
+      return (static_cast<double>(load<TS>(x[r * cols + c])) - static_cast<double>(mu[r])) * static_cast<double>(rs[r]);
+    };
+    if (dx0 || dresidual) {
+      auto* o0 = dx0 ? static_cast<T0*>(dx0->data) : nullptr;
+      auto* orr = dresidual ? static_cast<TS*>(dresidual->data) : nullptr;
+      cpu::parallel_for(rows, row_grain(cols), [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          double s1 = 0, s2 = 0;
+          for (std::int64_t c = 0; c < cols; ++c) {
+            double gw = static_cast<double>(load<T0>(g[r * cols + c]));
+            if (w) gw *= static_cast<double>(w[c]);
+            s1 += gw;
+            s2 += gw * xhat(r, c);
+          }
+          const double a = s1 / static_cast<double>(cols), bb = s2 / static_cast<double>(cols);
+          const double rr = static_cast<double>(rs[r]);
+          for (std::int64_t c = 0; c < cols; ++c) {
+            const std::int64_t e = r * cols + c;
+            double gw = static_cast<double>(load<T0>(g[e]));
+            if (w) gw *= static_cast<double>(w[c]);
+            TS ds = narrow_to<TS>(rr * ((gw - a) - xhat(r, c) * bb));  // layer_norm's dx
+            if (gs) ds = narrow_to<TS>(static_cast<double>(load<TS>(ds)) + static_cast<double>(load<TS>(gs[e])));
+            if (orr) orr[e] = ds;
+            if (o0) {
+              const T0 gt = narrow_to<T0>(load<TS>(ds));
+              o0[e] = m ? narrow_to<T0>(load<T0>(gt) * load<T0>(m[e] ? keep : zero)) : gt;
+            }
+          }
+        }
+      });
+    }
+    if (dweight || dbias) {
+      auto* dw = dweight ? static_cast<A*>(dweight->data) : nullptr;
+      auto* db = dbias ? static_cast<A*>(dbias->data) : nullptr;
+      cpu::parallel_for(cols, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(rows, 1)),
+                        [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          double sw = 0, sb = 0;
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const double gv = static_cast<double>(load<T0>(g[r * cols + c]));
+            sw += gv * xhat(r, c);
+            sb += gv;
+          }
+          if (dw) dw[c] = static_cast<A>(sw);
+          if (db) db[c] = static_cast<A>(sb);
+        }
+      });
     }
   });
 }

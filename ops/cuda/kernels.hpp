@@ -142,6 +142,21 @@ int layer_norm_backward(void* dx, void* dweight, void* dbias, const void* dy, co
                         const void* rstd, const void* weight, DType dtype, std::int64_t rows, std::int64_t cols,
                         void* workspace, void* stream);
 
+/// The contract's dropout_add_layer_norm (ops/cuda/rows.cu): one warp per row, cols % 4 == 0 and
+/// cols <= 1024 (512 for f64); x0/out and residual/sum dtypes as the contract's. Returns
+/// cudaErrorInvalidValue (nothing launched) outside those shapes or dtypes.
+int dropout_add_layer_norm(const Operand& out, const Operand& sum, const Operand* mask, const Operand& mean,
+                           const Operand& rstd, const Operand& x0, const Operand* residual, const Operand* weight,
+                           const Operand* bias, double eps, const AttentionDropout& d, void* stream);
+/// The contract's dropout_add_layer_norm_backward (ops/cuda/layer_norm_backward.cu), same shapes;
+/// `workspace` holds layer_norm_backward_workspace_bytes(sum's dtype, rows, cols) when dweight
+/// or dbias is wanted.
+int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual, const Operand* dweight,
+                                    const Operand* dbias, const Operand& grad_out, const Operand* grad_sum,
+                                    const Operand& sum, const Operand& mean, const Operand& rstd,
+                                    const Operand* weight, const Operand* mask, double p, void* workspace,
+                                    void* stream);
+
 // ---- Batch norm over contiguous [N, C, M] (ops/cuda/batch_norm.cu) ----
 // Statistics (mean, invstd, sum_dy, sum_dy_xmu: [C]) are f32 for f32/bf16/f16 data and f64
 // for f64; weight/bias/running stats may be nullptr. Formulas as the contract's kernels.

@@ -13,8 +13,10 @@
 //     a column kernel for the partial sums (a thread per column walking a chunk of rows).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pack.cuh"
 #include "ops/cuda/row_reduce.cuh"
 
 namespace brrr::kernels {
@@ -183,6 +185,108 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// dropout_add_layer_norm's backward: the warp kernel's dx with grad_sum added (ds), written as
+// dresidual and, through the dropout mask, as dx0; one lane per group of 4 adjacent columns
+// (g * 32 + lane) as the forward, each group one vector access when VEC (every pointer aligned
+// to 4 elements, the mask to 4 bytes). Partial column sums as the warp kernel's.
+template <class T0, class TS, int G, bool VEC>
+__global__ void __launch_bounds__(lnb_warps * 32)
+    dropout_add_layer_norm_backward_warp(T0* __restrict__ dx0, TS* __restrict__ dres, racc_t<TS>* __restrict__ partial,
+                                         const T0* __restrict__ dy, const TS* __restrict__ gsum,
+                                         const TS* __restrict__ x, const racc_t<TS>* __restrict__ mean,
+                                         const racc_t<TS>* __restrict__ rstd, const racc_t<TS>* __restrict__ w,
+                                         const bool* __restrict__ mask, std::int64_t rows, int cols, T0 keep) {
+  using A = racc_t<TS>;
+  extern __shared__ __align__(16) unsigned char lnb_smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const A inv_cols = A(1) / static_cast<A>(cols);
+  const T0 zero = narrow_to<T0>(0.0);
+  A pw[G][4], pb[G][4];
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pw[g][r] = pb[g][r] = A(0);
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * lnb_warps;
+  for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * lnb_warps + warp; row < rows; row += warps) {
+    const A mu = mean[row], rs = rstd[row];
+    A xh[G][4], gw[G][4];
+    A s1 = 0, s2 = 0;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int c0 = (g * 32 + lane) * 4;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) xh[g][r] = gw[g][r] = A(0);
+      if (c0 >= cols) continue;
+      const std::int64_t e0 = row * cols + c0;
+      TS xv[4];
+      T0 dv[4];
+      load4<TS, VEC>(x + e0, xv);
+      load4<T0, VEC>(dy + e0, dv);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        xh[g][r] = (to_acc<A>(xv[r]) - mu) * rs;
+        const A gv = to_acc<A>(dv[r]);
+        pw[g][r] += gv * xh[g][r];
+        pb[g][r] += gv;
+        gw[g][r] = w ? gv * w[c0 + r] : gv;
+        s1 += gw[g][r];
+        s2 += gw[g][r] * xh[g][r];
+      }
+    }
+    if (dx0 || dres) {
+      const A a = warp_sum(s1) * inv_cols, bb = warp_sum(s2) * inv_cols;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int c0 = (g * 32 + lane) * 4;
+        if (c0 >= cols) continue;
+        const std::int64_t e0 = row * cols + c0;
+        TS gs[4], ds[4];
+        if (gsum) load4<TS, VEC>(gsum + e0, gs);
+        bool kept[4] = {true, true, true, true};
+        if (mask) {
+          if constexpr (VEC) {
+            const uchar4 m = *reinterpret_cast<const uchar4*>(mask + e0);
+            kept[0] = m.x, kept[1] = m.y, kept[2] = m.z, kept[3] = m.w;
+          } else {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) kept[r] = mask[e0 + r];
+          }
+        }
+        T0 d0[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          ds[r] = narrow_to<TS>(rs * ((gw[g][r] - a) - xh[g][r] * bb));  // layer_norm's dx
+          if (gsum) ds[r] = narrow_to<TS>(to_acc<A>(ds[r]) + to_acc<A>(gs[r]));
+          const T0 gt = narrow_to<T0>(load(ds[r]));
+          d0[r] = mask ? narrow_to<T0>(load(gt) * load(kept[r] ? keep : zero)) : gt;
+        }
+        if (dres) store4<TS, VEC>(dres + e0, ds);
+        if (dx0) store4<T0, VEC>(dx0 + e0, d0);
+      }
+    }
+  }
+  if (!partial) return;
+  A* red = reinterpret_cast<A*>(lnb_smem);  // [lnb_warps][2][cols]
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int c0 = (g * 32 + lane) * 4;
+    if (c0 >= cols) continue;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      red[(warp * 2) * cols + c0 + r] = pw[g][r];
+      red[(warp * 2 + 1) * cols + c0 + r] = pb[g][r];
+    }
+  }
+  __syncthreads();
+  A* dst = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * cols;
+  for (int k = threadIdx.x; k < 2 * cols; k += blockDim.x) {
+    const int which = k / cols, c = k - which * cols;
+    A s = 0;
+    for (int v = 0; v < lnb_warps; ++v) s += red[(v * 2 + which) * cols + c];
+    dst[k] = s;
+  }
+}
+
 // Elements per lane of the warp kernel: the smallest power of two with 32 N >= cols.
 int lanes_n(std::int64_t cols) {
   int n = 1;
@@ -276,6 +380,74 @@ int layer_norm_backward(void* dx, void* dweight, void* dbias, const void* dy, co
                                             static_cast<const T*>(dy), static_cast<const T*>(x),
                                             static_cast<const A*>(mean), static_cast<const A*>(rstd),
                                             static_cast<const A*>(weight), rows, cols, static_cast<A*>(workspace), st);
+    }
+  });
+  return status;
+}
+
+int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual, const Operand* dweight,
+                                    const Operand* dbias, const Operand& grad_out, const Operand* grad_sum,
+                                    const Operand& sum, const Operand& mean, const Operand& rstd,
+                                    const Operand* weight, const Operand* mask, double p, void* workspace,
+                                    void* stream) {
+  const std::int64_t cols = sum.ndim == 0 ? 1 : sum.sizes[sum.ndim - 1];
+  if (cols <= 0 || sum.numel == 0) return static_cast<int>(cudaSuccess);
+  const std::int64_t rows = sum.numel / cols;
+  auto st = static_cast<cudaStream_t>(stream);
+  int status = static_cast<int>(cudaErrorInvalidValue);
+  dispatch(grad_out.dtype, [&]<class T0>(T0*) {
+    if constexpr (is_floating<T0>) {
+      auto run = [&]<class TS>(TS*) {
+        using A = racc_t<TS>;
+        if (cols % 4 != 0 || cols > (sizeof(A) == 8 ? 512 : 1024)) return;
+        A* dw = dweight ? static_cast<A*>(dweight->data) : nullptr;
+        A* db = dbias ? static_cast<A*>(dbias->data) : nullptr;
+        const bool sums = dw || db;
+        A* partial = sums ? static_cast<A*>(workspace) : nullptr;
+        const Parts parts = parts_of<TS>(rows, cols);
+        const auto grid = static_cast<unsigned>(parts.parts);
+        const std::size_t smem = sums ? static_cast<std::size_t>(lnb_warps) * 2 * static_cast<std::size_t>(cols) * sizeof(A) : 0;
+        const T0 keep = narrow_to<T0>(mask ? 1.0 / (1.0 - p) : 1.0);
+        const auto al = [](const Operand* o, std::size_t bytes) {
+          return o == nullptr || reinterpret_cast<std::uintptr_t>(o->data) % bytes == 0;
+        };
+        const bool vec = al(dx0, 4 * sizeof(T0)) && al(&grad_out, 4 * sizeof(T0)) && al(dresidual, 4 * sizeof(TS)) &&
+                         al(grad_sum, 4 * sizeof(TS)) && al(&sum, 4 * sizeof(TS)) && al(mask, 4);
+        // Groups of 128 columns (4 a lane) per row, rounded up to a power of two (the
+        // dispatcher's sizes; the kernel skips groups past cols).
+        int groups = 1;
+        while (groups * 128 < cols) groups <<= 1;
+        bool launched = false;
+        with_pow2_upto32(groups, [&](auto n) {
+          constexpr int G = decltype(n)::value;
+          if constexpr (G <= 8 && (sizeof(A) == 4 || G <= 4)) {
+            launched = true;
+            auto launch = [&](auto vec) {
+              dropout_add_layer_norm_backward_warp<T0, TS, G, decltype(vec)::value>
+                  <<<grid, lnb_warps * 32, smem, st>>>(
+                      dx0 ? static_cast<T0*>(dx0->data) : nullptr,
+                      dresidual ? static_cast<TS*>(dresidual->data) : nullptr, partial,
+                      static_cast<const T0*>(grad_out.data),
+                      grad_sum ? static_cast<const TS*>(grad_sum->data) : nullptr, static_cast<const TS*>(sum.data),
+                      static_cast<const A*>(mean.data), static_cast<const A*>(rstd.data),
+                      weight ? static_cast<const A*>(weight->data) : nullptr,
+                      mask ? static_cast<const bool*>(mask->data) : nullptr, rows, static_cast<int>(cols), keep);
+            };
+            if (vec) launch(std::true_type{});
+            else launch(std::false_type{});
+          }
+        });
+        if (!launched) return;  // status stays cudaErrorInvalidValue
+        if (sums) {
+          const auto g2 = static_cast<unsigned>((cols + 31) / 32);
+          layer_norm_backward_sum_parts<A><<<g2, 1024, 0, st>>>(dw, db, partial, parts.parts, cols);
+        }
+        status = static_cast<int>(cudaGetLastError());
+      };
+      if (sum.dtype == grad_out.dtype) run(static_cast<T0*>(nullptr));
+      else if constexpr (sizeof(T0) == 2) {
+        if (sum.dtype == DType::f32) run(static_cast<float*>(nullptr));
+      }
     }
   });
   return status;

@@ -18,7 +18,10 @@
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/pack.cuh"
+#include "ops/cuda/philox_state.cuh"
 #include "ops/cuda/row_reduce.cuh"
+#include "ops/random_transform.hpp"
 
 namespace brrr::kernels {
 
@@ -419,6 +422,116 @@ template <class T, class F> void with_vpt(int vpt, F&& f) {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// dropout_add_layer_norm: one warp per row, each lane owning groups of 4 adjacent columns
+// (g * 32 + lane), so that a group's dropout words are one Philox block and its loads one
+// vector (VEC: every pointer aligned to 4 elements).
+// ---------------------------------------------------------------------------------------
+
+// kept[r] for elements e0 .. e0 + 3 (e0 a multiple of 4): `dropout`'s rule, one word per element
+// (two for f64) from the stream at `offset`.
+template <class T> __device__ __forceinline__ void dropout_keep4(std::uint64_t seed, std::uint64_t offset,
+                                                                 std::int64_t e0, double p, float p32, bool (&kept)[4]) {
+  namespace rt = ::brrr::random_transform;
+  constexpr int per = std::is_same_v<T, double> ? 2 : 1;
+  std::uint32_t c[per][4];
+  const std::uint64_t w0 = offset + per * static_cast<std::uint64_t>(e0);
+#pragma unroll
+  for (int k = 0; k < per; ++k) {
+    if (w0 % 4 == 0) {
+      rt::philox_block(seed, w0 / 4 + k, c[k]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) c[k][r] = rt::philox_word(seed, w0 + 4 * k + r);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    if constexpr (per == 2) kept[r] = rt::uniform53(c[r / 2][2 * (r % 2)], c[r / 2][2 * (r % 2) + 1]) >= p;
+    else kept[r] = rt::uniform_bits(c[0][r], 24) >= p32;
+  }
+}
+
+template <class T0, class TS, int G, bool VEC>
+__global__ void __launch_bounds__(128)
+    dropout_add_layer_norm_warp(T0* __restrict__ out, TS* __restrict__ sum, bool* __restrict__ mask,
+                                racc_t<TS>* __restrict__ mean_out, racc_t<TS>* __restrict__ rstd_out,
+                                const T0* __restrict__ x0, const TS* __restrict__ res, const TS* __restrict__ w,
+                                const TS* __restrict__ b, std::int64_t rows, int cols, racc_t<TS> eps,
+                                AttentionDropout d, T0 keep) {
+  using A = racc_t<TS>;
+  const bool drop = d.p > 0;
+  std::uint64_t seed = 0, offset = 0;
+  if (drop) philox_state(d, seed, offset);
+  const float p32 = static_cast<float>(d.p);
+  const T0 zero = narrow_to<T0>(0.0);
+  const int lane = threadIdx.x & 31;
+  const std::int64_t warps = blockDim.x >> 5;
+  for (std::int64_t row = blockIdx.x * warps + (threadIdx.x >> 5); row < rows; row += gridDim.x * warps) {
+    A v[G][4];
+    A s = 0;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int c0 = (g * 32 + lane) * 4;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[g][r] = A(0);
+      if (c0 >= cols) continue;
+      const std::int64_t e0 = row * cols + c0;
+      T0 t[4];
+      load4<T0, VEC>(x0 + e0, t);
+      if (drop) {
+        bool kept[4];
+        dropout_keep4<T0>(seed, offset, e0, d.p, p32, kept);
+        *reinterpret_cast<uchar4*>(mask + e0) = make_uchar4(kept[0], kept[1], kept[2], kept[3]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) t[r] = narrow_to<T0>(load(t[r]) * load(kept[r] ? keep : zero));
+      }
+      TS sv[4];
+      if (res) {
+        TS rv[4];
+        load4<TS, VEC>(res + e0, rv);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sv[r] = narrow_to<TS>(static_cast<A>(load(rv[r])) + static_cast<A>(load(t[r])));
+      } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sv[r] = narrow_to<TS>(load(t[r]));
+      }
+      store4<TS, VEC>(sum + e0, sv);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        v[g][r] = to_acc<A>(sv[r]);
+        s += v[g][r];
+      }
+    }
+    const A mean = warp_sum(s) / cols;
+    A sq = 0;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      if ((g * 32 + lane) * 4 >= cols) continue;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const A dv = v[g][r] - mean;
+        sq += dv * dv;
+      }
+    }
+    const A rstd = rsqrt_(warp_sum(sq) / cols + eps);
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int c0 = (g * 32 + lane) * 4;
+      if (c0 >= cols) continue;
+      T0 o[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)  // layer_norm's output in the sum's dtype, then x0's
+        o[r] = narrow_to<T0>(load(narrow_to<TS>(affine<TS, A>((v[g][r] - mean) * rstd, w, b, c0 + r))));
+      store4<T0, VEC>(out + row * cols + c0, o);
+    }
+  }
+}
+
 template <class T>
 int softmax_typed(T* out, const T* in, std::int64_t rows, std::int64_t cols, bool log, cudaStream_t st) {
   if (cols <= warp_kernel_max_cols) {
@@ -471,6 +584,41 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
   return static_cast<int>(cudaGetLastError());
 }
 
+template <class T0, class TS>
+int dropout_add_layer_norm_typed(T0* out, TS* sum, bool* mask, racc_t<TS>* mean, racc_t<TS>* rstd, const T0* x0,
+                                 const TS* res, const TS* w, const TS* b, std::int64_t rows, std::int64_t cols,
+                                 double eps, const AttentionDropout& d, cudaStream_t st) {
+  if (cols % 4 != 0 || cols > (sizeof(racc_t<TS>) == 8 ? 512 : 1024)) return static_cast<int>(cudaErrorInvalidValue);
+  const int rows_per_block = warp_kernel_threads / 32;
+  const unsigned grid = grid_for((rows + rows_per_block - 1) / rows_per_block);
+  const auto a = [](const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; };
+  const bool vec = a(x0, 4 * sizeof(T0)) && a(out, 4 * sizeof(T0)) && a(sum, 4 * sizeof(TS)) &&
+                   (!res || a(res, 4 * sizeof(TS)));
+  if (d.p > 0 && !a(mask, 4)) return static_cast<int>(cudaErrorInvalidValue);
+  const T0 keep = narrow_to<T0>(d.p > 0 ? 1.0 / (1.0 - d.p) : 1.0);
+  const int c = static_cast<int>(cols);
+  const auto eps_a = static_cast<racc_t<TS>>(eps);
+  // Groups of 128 columns (4 a lane) per row, rounded up to a power of two (the dispatcher's
+  // sizes; the kernel skips groups past cols).
+  int groups = 1;
+  while (groups * 128 < cols) groups <<= 1;
+  bool launched = false;
+  with_pow2_upto32(groups, [&](auto n) {
+    constexpr int G = decltype(n)::value;
+    if constexpr (G <= 8) {
+      launched = true;
+      if (vec)
+        dropout_add_layer_norm_warp<T0, TS, G, true><<<grid, warp_kernel_threads, 0, st>>>(
+            out, sum, mask, mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
+      else
+        dropout_add_layer_norm_warp<T0, TS, G, false><<<grid, warp_kernel_threads, 0, st>>>(
+            out, sum, mask, mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
+    }
+  });
+  if (!launched) return static_cast<int>(cudaErrorInvalidValue);
+  return static_cast<int>(cudaGetLastError());
+}
+
 }  // namespace
 
 int softmax_rows(void* out, const void* in, DType dtype, std::int64_t rows, std::int64_t cols, bool log,
@@ -512,6 +660,34 @@ int layer_norm_rows(void* out, void* mean, void* rstd, const void* in, const voi
     case DType::i32: case DType::i64: case DType::boolean: break;
   }
   return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int dropout_add_layer_norm(const Operand& out, const Operand& sum, const Operand* mask, const Operand& mean,
+                           const Operand& rstd, const Operand& x0, const Operand* residual, const Operand* weight,
+                           const Operand* bias, double eps, const AttentionDropout& d, void* stream) {
+  const std::int64_t cols = x0.ndim == 0 ? 1 : x0.sizes[x0.ndim - 1];
+  if (cols <= 0 || x0.numel == 0) return static_cast<int>(cudaSuccess);
+  const std::int64_t rows = x0.numel / cols;
+  auto st = static_cast<cudaStream_t>(stream);
+  int status = static_cast<int>(cudaErrorInvalidValue);
+  dispatch(x0.dtype, [&]<class T0>(T0*) {
+    if constexpr (is_floating<T0>) {
+      auto run = [&]<class TS>(TS*) {
+        using A = racc_t<TS>;
+        status = dropout_add_layer_norm_typed<T0, TS>(
+            static_cast<T0*>(out.data), static_cast<TS*>(sum.data), mask ? static_cast<bool*>(mask->data) : nullptr,
+            static_cast<A*>(mean.data), static_cast<A*>(rstd.data), static_cast<const T0*>(x0.data),
+            residual ? static_cast<const TS*>(residual->data) : nullptr,
+            weight ? static_cast<const TS*>(weight->data) : nullptr, bias ? static_cast<const TS*>(bias->data) : nullptr,
+            rows, cols, eps, d, st);
+      };
+      if (sum.dtype == x0.dtype) run(static_cast<T0*>(nullptr));
+      else if constexpr (sizeof(T0) == 2) {
+        if (sum.dtype == DType::f32) run(static_cast<float*>(nullptr));
+      }
+    }
+  });
+  return status;
 }
 
 }  // namespace brrr::kernels

@@ -66,4 +66,34 @@ void CudaBackend::layer_norm_backward(const Operand* dx, const Operand* dweight,
       workspace.defined() ? workspace.data() : nullptr, stream->handle));
 }
 
+void CudaBackend::dropout_add_layer_norm(const Operand& out, const Operand& sum, const Operand* mask,
+                                         const Operand& mean, const Operand& rstd, const Operand& x0,
+                                         const Operand* residual, const Operand* weight, const Operand* bias,
+                                         double eps, const AttentionDropout& d) {
+  if (x0.numel == 0) return;
+  DeviceGuard g(x0.device);
+  BRRR_CUDA_CHECK(kernels::dropout_add_layer_norm(out, sum, mask, mean, rstd, x0, residual, weight, bias, eps, d,
+                                                  current_stream(x0.device)->handle));
+}
+
+void CudaBackend::dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual,
+                                                  const Operand* dweight, const Operand* dbias,
+                                                  const Operand& grad_out, const Operand* grad_sum,
+                                                  const Operand& sum, const Operand& mean, const Operand& rstd,
+                                                  const Operand* weight, const Operand* mask, double p) {
+  RowsCols rc = rows_cols(sum);
+  if (rc.rows == 0) return;
+  DeviceGuard g(sum.device);
+  StreamPtr stream = current_stream(sum.device);
+  Storage workspace;  // the partial column sums, as layer_norm_backward's
+  if (dweight || dbias) {
+    const std::size_t bytes = kernels::layer_norm_backward_workspace_bytes(sum.dtype, rc.rows, rc.cols);
+    workspace = allocate_device(bytes > 0 ? bytes : 1, sum.device, stream);
+  }
+  BRRR_CUDA_CHECK(kernels::dropout_add_layer_norm_backward(dx0, dresidual, dweight, dbias, grad_out, grad_sum, sum,
+                                                           mean, rstd, weight, mask, p,
+                                                           workspace.defined() ? workspace.data() : nullptr,
+                                                           stream->handle));
+}
+
 }  // namespace brrr::backend

@@ -5,8 +5,9 @@
 // weight and bias each optional, f32 weights on bf16 inputs), gelu_backward, the fused
 // dropout (the same bits as the CPU's), clip_grad_norm_'s multi-tensor kernels (more than one
 // launch of 64 tensors, mixed dtypes); every result bit-identical run to run, and a captured
-// step replayed equal to the eager one bit for bit. Without a CUDA device the suite exits 77
-// (skipped).
+// step replayed equal to the eager one bit for bit; dropout_add_layer_norm's fused kernels
+// against the CPU's and the GPU composite, and the packed q/k/v gradients of split +
+// attention. Without a CUDA device the suite exits 77 (skipped).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/gpu/gpu_helpers.hpp"
@@ -24,6 +26,7 @@ import brrr;
 
 #include "tests/tensor/helpers.hpp"
 #include "tests/tolerances.hpp"
+#include "tests/ops/dropout_add_layer_norm_run.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -193,7 +196,118 @@ TEST_CASE("clip_grad_norm_ parity: multi-tensor norms and scaling (70 gradients,
   }
 }
 
-TEST_CASE("a captured step (layer_norm, gelu, dropout, split, clipping) replays the eager step bit for bit") {
+TEST_CASE("dropout_add_layer_norm: CUDA kernels against the CPU's and the GPU composite (dtypes, rows, alignment)") {
+  using dropout_add_ln_test::run;
+  FRESH_SEED();
+  struct Case {
+    DType x0, res;
+    bool has_res;
+    std::int64_t rows, cols;
+    bool misaligned;  // x0 and residual at an odd element offset: the scalar-access kernel
+  };
+  const std::vector<Case> cases = {
+      {DType::f32, DType::f32, true, 300, 384, false},   {DType::bf16, DType::f32, true, 300, 384, false},
+      {DType::f16, DType::f32, true, 77, 100, false},    {DType::bf16, DType::bf16, true, 50, 36, false},
+      {DType::f64, DType::f64, true, 40, 512, false},    {DType::f32, DType::f32, false, 64, 8, false},
+      {DType::bf16, DType::f32, false, 64, 1024, false}, {DType::f32, DType::f32, true, 4500, 384, false},
+      {DType::f32, DType::f32, true, 33, 384, true},     {DType::bf16, DType::f32, true, 33, 100, true},
+      {DType::f32, DType::f32, true, 20, 7, false},      {DType::f64, DType::f64, true, 9, 600, false},
+      {DType::f32, DType::f32, true, 10, 1028, false}};
+  for (const Case& cs : cases)
+    for (double p : {0.0, 0.2})
+      for (int affine = 0; affine < 3; ++affine) {
+        INFO(to_string(cs.x0), " + ", cs.has_res ? to_string(cs.res) : "none", " [", cs.rows, ", ", cs.cols, "] p ", p,
+             " affine ", affine, cs.misaligned ? " misaligned" : "");
+        const Shape shape{cs.rows, cs.cols};
+        const DType sum_dt = cs.has_res ? promote_types(cs.x0, cs.res) : cs.x0;
+        auto input = [&](DType dt, double scale, double shift) {
+          Tensor t = cpu_randn(shape, dt, scale, shift);
+          if (!cs.misaligned) return t;
+          Tensor base = empty({cs.rows * cs.cols + 1}, {.dtype = dt});
+          base.narrow(0, 1, cs.rows * cs.cols).copy_(t.view({-1}));
+          return base.narrow(0, 1, cs.rows * cs.cols).view(shape);
+        };
+        Tensor x0 = input(cs.x0, 1.0, 0.0);
+        Tensor res = cs.has_res ? input(cs.res, 2.0, 1.0) : Tensor();
+        Tensor w = affine < 2 ? cpu_randn({cs.cols}, sum_dt, 1.0, 1.0) : Tensor();
+        Tensor b = affine == 1 ? cpu_randn({cs.cols}, sum_dt) : Tensor();
+        Tensor g_out = cpu_randn(shape, DType::f64), g_sum = cpu_randn(shape, DType::f64);
+        auto on_gpu = [](const Tensor& t) {
+          if (!t.defined()) return Tensor();
+          if (t.storage_offset() % 2 == 0) return t.to(gpu());
+          // keep the odd offset on the device too
+          Tensor base = empty({t.numel() + 1}, {.dtype = t.dtype(), .device = gpu()});
+          base.narrow(0, 1, t.numel()).copy_(t.reshape({-1}).to(gpu()));
+          return base.narrow(0, 1, t.numel()).view(t.shape());
+        };
+        const std::uint64_t seed = fresh_seed();
+        auto c = run(true, x0, res, w, b, p, true, seed, g_out, g_sum);
+        auto g = run(true, on_gpu(x0), on_gpu(res), on_gpu(w), on_gpu(b), p, true, seed, g_out.to(gpu()),
+                     g_sum.to(gpu()));
+        auto g2 = run(true, on_gpu(x0), on_gpu(res), on_gpu(w), on_gpu(b), p, true, seed, g_out.to(gpu()),
+                      g_sum.to(gpu()));
+        auto gc = run(false, on_gpu(x0), on_gpu(res), on_gpu(w), on_gpu(b), p, true, seed, g_out.to(gpu()),
+                      g_sum.to(gpu()));
+        CHECK(g.out.dtype() == cs.x0);
+        CHECK(g.sum.dtype() == sum_dt);
+        // The same mask as the CPU's and the composite's: the sums agree (to the rounding of the add).
+        CHECK_NOTHROW(testing::assert_close(g.sum, c.sum.to(gpu()), parity(sum_dt)));
+        CHECK_NOTHROW(testing::assert_close(g.sum, gc.sum, parity(sum_dt)));
+        CHECK_NOTHROW(testing::assert_close(g.out, c.out.to(gpu()), parity(cs.x0)));
+        CHECK_NOTHROW(testing::assert_close(g.out, gc.out, parity(cs.x0)));
+        REQUIRE(g.grads.size() == c.grads.size());
+        for (std::size_t i = 0; i < g.grads.size(); ++i) {
+          INFO("gradient ", i);
+          // dweight/dbias (after x0's and the residual's) are column sums over the rows, in f32
+          // on the GPU: atol as in the layer_norm backward case above, sqrt(rows) units of f32
+          // at the largest sum.
+          testing::CloseOptions o = parity(g.grads[i].dtype());
+          if (i >= (cs.has_res ? 2u : 1u) && g.grads[i].dtype() == DType::f32) {
+            double big = 0;
+            for (double v : c.grads[i].to(DType::f64).to_host<double>()) big = std::max(big, std::abs(v));
+            o.atol = std::max(*o.atol, std::sqrt(static_cast<double>(cs.rows)) * 0x1p-24 * big);
+          }
+          CHECK_NOTHROW(testing::assert_close(g.grads[i], c.grads[i].to(gpu()), o));
+          CHECK_NOTHROW(testing::assert_close(g.grads[i], gc.grads[i], o));
+          CHECK(same_values(g.grads[i], g2.grads[i]));  // deterministic: no atomics
+        }
+        CHECK(same_values(g.out, g2.out));
+        if (cs.misaligned) {  // run() leaves are fresh copies: the views themselves here, forward
+          NoGradGuard no_grad;
+          manual_seed(seed);
+          auto [mo, ms] = dropout_add_layer_norm(on_gpu(x0), on_gpu(res), on_gpu(w), on_gpu(b), p);
+          CHECK(on_gpu(x0).storage_offset() == 1);
+          CHECK(same_values(mo, g.out));
+          CHECK(same_values(ms, g.sum));
+        }
+      }
+}
+
+TEST_CASE("q, k, v split from one projection: the fused attention writes their gradients in place of the cat") {
+  FRESH_SEED();
+  const std::int64_t b = 4, t = 64, h = 6, d = 64, c = h * d;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO(to_string(dt));
+    Tensor qkv = cpu_randn({b, t, 3 * c}, dt).to(gpu());
+    Tensor g = cpu_randn({b, h, t, d}, dt).to(gpu());
+    auto heads = [&](const Tensor& z) { return z.reshape({b, t, h, d}).transpose(1, 2); };
+    auto grad_of = [&](bool packed) {
+      Tensor p = qkv.detach().clone().requires_grad_();
+      std::vector<Tensor> parts = split(p, c, -1);
+      auto sep = [&](const Tensor& z) { return packed ? heads(z) : heads(z.clone()); };
+      manual_seed(5);
+      Tensor y = scaled_dot_product_attention(sep(parts[0]), sep(parts[1]), sep(parts[2]),
+                                              {.dropout_p = 0.1, .is_causal = true});
+      sum(mul(y, g).to(DType::f32)).backward();
+      return p.grad();
+    };
+    Tensor packed = grad_of(true), separate = grad_of(false);
+    CHECK(packed.is_contiguous());
+    CHECK(same_values(packed, separate));
+  }
+}
+
+TEST_CASE("a captured step (layer_norm, gelu, dropout, split, dropout_add_layer_norm, clipping) replays the eager step bit for bit") {
   manual_seed(194);
   Tensor x = randn({64, 96}, {.device = gpu()});
   Tensor w1 = (randn({96, 288}, {.device = gpu()}) * 0.1).requires_grad_();
@@ -203,6 +317,7 @@ TEST_CASE("a captured step (layer_norm, gelu, dropout, split, clipping) replays 
     Tensor h = layer_norm(x, {96}, lw);
     std::vector<Tensor> qkv = split(matmul(h, w1), 96, 1);
     Tensor y = dropout(gelu(qkv[0]) * qkv[1] + qkv[2], 0.2);
+    y = dropout_add_layer_norm(y, x, lw, Tensor(), 0.2).first;
     Tensor loss = sum(y * y);
     loss.backward();
     Tensor norm = optim::clip_grad_norm_({w1, lw}, 0.5);
