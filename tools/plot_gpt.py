@@ -1,6 +1,6 @@
 """Lays the loss curves of examples/gpt and its PyTorch twin (bench/torch_gpt.py) side by side.
 
-    python3 bench/plot_gpt.py brrr.csv torch.csv out.png [--logs brrr.log torch.log] [--title TEXT]
+    python3 tools/plot_gpt.py brrr.csv torch.csv out.png [--logs brrr.log torch.log] [--title TEXT]
 
 Each CSV is what `--csv` writes (step,train_loss,val_loss,lr,tokens_per_s): the train and
 validation estimates of both runs against the step. `--logs` adds the training loss of every
