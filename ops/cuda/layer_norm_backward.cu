@@ -31,6 +31,20 @@ constexpr int lnb_block_threads = 256;      // dx kernel of wide rows, and the c
 // values (cols <= 512), so that x, dy and the two partial sums stay in registers.
 template <class A> constexpr int lnb_max_n = sizeof(A) == 8 ? 16 : 32;
 
+// Once every warp of the block stored its column sums of dy x_hat and dy in red
+// ([lnb_warps][2][cols], shared memory): their sums over the warps, in warp order, as rows
+// 2 * blockIdx.x and 2 * blockIdx.x + 1 of partial.
+template <class A> __device__ __forceinline__ void block_partials_out(const A* red, A* partial, int cols) {
+  __syncthreads();
+  A* dst = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * cols;
+  for (int k = threadIdx.x; k < 2 * cols; k += blockDim.x) {
+    const int which = k / cols, c = k - which * cols;
+    A s = 0;
+    for (int v = 0; v < lnb_warps; ++v) s += red[(v * 2 + which) * cols + c];
+    dst[k] = s;
+  }
+}
+
 // dx (when given) of the rows of warp w, w + total warps, ...; partial (when given) receives
 // this block's column sums of dy x_hat (row 2 * blockIdx.x) and dy (row 2 * blockIdx.x + 1).
 // Shared memory: lnb_warps * 2 * cols values of A.
@@ -89,14 +103,7 @@ __global__ void __launch_bounds__(lnb_warps * 32)
       red[(warp * 2 + 1) * cols + c] = pb[i];
     }
   }
-  __syncthreads();
-  A* dst = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * cols;
-  for (int k = threadIdx.x; k < 2 * cols; k += blockDim.x) {
-    const int which = k / cols, c = k - which * cols;
-    A s = 0;
-    for (int v = 0; v < lnb_warps; ++v) s += red[(v * 2 + which) * cols + c];
-    dst[k] = s;
-  }
+  block_partials_out(red, partial, cols);
 }
 
 // dx of wide rows: one block per row (rows strided by the grid), the row read twice.
@@ -277,14 +284,7 @@ __global__ void __launch_bounds__(lnb_warps * 32)
       red[(warp * 2 + 1) * cols + c0 + r] = pb[g][r];
     }
   }
-  __syncthreads();
-  A* dst = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * cols;
-  for (int k = threadIdx.x; k < 2 * cols; k += blockDim.x) {
-    const int which = k / cols, c = k - which * cols;
-    A s = 0;
-    for (int v = 0; v < lnb_warps; ++v) s += red[(v * 2 + which) * cols + c];
-    dst[k] = s;
-  }
+  block_partials_out(red, partial, cols);
 }
 
 // Elements per lane of the warp kernel: the smallest power of two with 32 N >= cols.
