@@ -135,6 +135,36 @@ void CpuBackend::layer_norm(const Operand& out, const Operand& mean, const Opera
   });
 }
 
+// layer_norm's dweight[c] = sum_r g[r, c] xhat(r, c) and dbias[c] = sum_r g[r, c] (either may
+// be nullptr), each column summed over the rows in order in double and rounded once: columns
+// in blocks of 64 split over the pool, each block walking every row (contiguous runs of g and
+// x). Shared by layer_norm's and dropout_add_layer_norm's backward.
+namespace {
+template <class G, class A, class XHat>
+void layer_norm_column_sums(A* dw, A* db, const G* g, const XHat& xhat, std::int64_t rows, std::int64_t cols) {
+  constexpr std::int64_t block = 64;
+  const std::int64_t blocks = (cols + block - 1) / block;
+  cpu::parallel_for(blocks, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(rows * block, 1)),
+                    [&](std::int64_t b0, std::int64_t b1) {
+    double sw[block], sb[block];
+    for (std::int64_t bk = b0; bk < b1; ++bk) {
+      const std::int64_t c0 = bk * block, c1 = std::min(cols, c0 + block);
+      for (std::int64_t c = c0; c < c1; ++c) sw[c - c0] = sb[c - c0] = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const double gv = static_cast<double>(load<G>(g[r * cols + c]));
+          sw[c - c0] += gv * xhat(r, c);
+          sb[c - c0] += gv;
+        }
+      for (std::int64_t c = c0; c < c1; ++c) {
+        if (dw) dw[c] = static_cast<A>(sw[c - c0]);
+        if (db) db[c] = static_cast<A>(sb[c - c0]);
+      }
+    }
+  });
+}
+}  // namespace
+
 // dx per row (rows split over the intra-op pool) and dweight/dbias per column (columns split
 // over the pool, each column summed over the rows in order), in double, rounded once: the
 // result does not depend on the thread count.
@@ -178,31 +208,9 @@ void CpuBackend::layer_norm_backward(const Operand* dx, const Operand* dweight, 
           }
         });
       }
-      if (dweight || dbias) {
-        auto* dw = dweight ? static_cast<A*>(dweight->data) : nullptr;
-        auto* db = dbias ? static_cast<A*>(dbias->data) : nullptr;
-        // Columns in blocks of 64, each block walking every row (contiguous runs of x, grad).
-        constexpr std::int64_t block = 64;
-        const std::int64_t blocks = (cols + block - 1) / block;
-        cpu::parallel_for(blocks, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(rows * block, 1)),
-                          [&](std::int64_t b0, std::int64_t b1) {
-          double sw[block], sb[block];
-          for (std::int64_t bk = b0; bk < b1; ++bk) {
-            const std::int64_t c0 = bk * block, c1 = std::min(cols, c0 + block);
-            for (std::int64_t c = c0; c < c1; ++c) sw[c - c0] = sb[c - c0] = 0;
-            for (std::int64_t r = 0; r < rows; ++r)
-              for (std::int64_t c = c0; c < c1; ++c) {
-                const double gv = static_cast<double>(load<T>(g[r * cols + c]));
-                sw[c - c0] += gv * xhat(r, c);
-                sb[c - c0] += gv;
-              }
-            for (std::int64_t c = c0; c < c1; ++c) {
-              if (dw) dw[c] = static_cast<A>(sw[c - c0]);
-              if (db) db[c] = static_cast<A>(sb[c - c0]);
-            }
-          }
-        });
-      }
+      if (dweight || dbias)
+        layer_norm_column_sums(dweight ? static_cast<A*>(dweight->data) : nullptr,
+                               dbias ? static_cast<A*>(dbias->data) : nullptr, g, xhat, rows, cols);
     }
   });
 }
@@ -350,23 +358,9 @@ void CpuBackend::dropout_add_layer_norm_backward(const Operand* dx0, const Opera
         }
       });
     }
-    if (dweight || dbias) {
-      auto* dw = dweight ? static_cast<A*>(dweight->data) : nullptr;
-      auto* db = dbias ? static_cast<A*>(dbias->data) : nullptr;
-      cpu::parallel_for(cols, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(rows, 1)),
-                        [&](std::int64_t c0, std::int64_t c1) {
-        for (std::int64_t c = c0; c < c1; ++c) {
-          double sw = 0, sb = 0;
-          for (std::int64_t r = 0; r < rows; ++r) {
-            const double gv = static_cast<double>(load<T0>(g[r * cols + c]));
-            sw += gv * xhat(r, c);
-            sb += gv;
-          }
-          if (dw) dw[c] = static_cast<A>(sw);
-          if (db) db[c] = static_cast<A>(sb);
-        }
-      });
-    }
+    if (dweight || dbias)
+      layer_norm_column_sums(dweight ? static_cast<A*>(dweight->data) : nullptr,
+                             dbias ? static_cast<A*>(dbias->data) : nullptr, g, xhat, rows, cols);
   });
 }
 

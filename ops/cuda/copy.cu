@@ -22,15 +22,13 @@ template <class D, class S> __global__ void copy_contiguous(D* dst, const S* src
 // The same conversion V elements per thread (one 16-byte access for the wider side): both
 // pointers aligned to V elements, n a multiple of V.
 template <class D, class S, int V> __global__ void copy_contiguous_vec(D* dst, const S* src, std::int64_t n) {
-  struct alignas(V * sizeof(S)) VS { S e[V]; };
-  struct alignas(V * sizeof(D)) VD { D e[V]; };
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n / V;
        i += std::int64_t(blockDim.x) * gridDim.x) {
-    const VS in = reinterpret_cast<const VS*>(src)[i];
-    VD out;
+    const Pack<S, V> in = reinterpret_cast<const Pack<S, V>*>(src)[i];
+    Pack<D, V> out;
 #pragma unroll
-    for (int r = 0; r < V; ++r) out.e[r] = narrow_to<D>(widen(in.e[r]));
-    reinterpret_cast<VD*>(dst)[i] = out;
+    for (int r = 0; r < V; ++r) out.v[r] = narrow_to<D>(widen(in.v[r]));
+    reinterpret_cast<Pack<D, V>*>(dst)[i] = out;
   }
 }
 
