@@ -164,6 +164,8 @@ struct MultiTensor {
 
 /// The operand of a GEMM whose sum over k a bias-gradient epilogue writes (GemmArgs).
 enum class GemmOperand : std::uint8_t { a, b };
+/// A GEMM's activation epilogue (GemmArgs::activation).
+enum class GemmActivation : std::uint8_t { none, gelu_tanh, gelu_tanh_backward };
 
 /// A batched matrix product C[b] = alpha * A[b] @ B[b] + beta * C[b] with A [batch, m, k],
 /// B [batch, k, n], C [batch, m, n] contiguous. In A and B one of the row/col strides is 1
@@ -176,6 +178,13 @@ enum class GemmOperand : std::uint8_t { a, b };
 ///    beside C: of B, bias_grad[j] = sum_k B[k, j] ([n]); of A, bias_grad[i] = sum_k A[i, k]
 ///    ([m]); accumulated in f32 (f64 for f64; the CPU in f64), zeros for k == 0. A linear
 ///    layer's weight-gradient GEMM gives its bias gradient so.
+///  * activation (ops/fused_mlp.cpp; batch 1, no bias_grad, no f32_out, alpha 1, beta 0),
+///    with aux contiguous [m, n] of C's dtype:
+///    gelu_tanh: aux = A B (+ bias) and C = gelu(aux) in its tanh form (Hendrycks & Gimpel
+///    2016, the form GPT-2 trains with; cuBLASLt's GELU_AUX epilogue), the pre-activation
+///    kept for the backward; gelu_tanh_backward: C = (A B) * gelu'(aux), the gradient through
+///    the activation of the product that produced aux. A backend may run either as the product
+///    and then elementwise kernels (backend::gemm_activation_epilogue).
 /// A and B are of `dtype`; C (and bias_grad) too, unless f32_out.
 struct GemmArgs {
   DType dtype = DType::f32;
@@ -195,6 +204,8 @@ struct GemmArgs {
   const void* bias = nullptr;
   void* bias_grad = nullptr;
   GemmOperand bias_grad_of = GemmOperand::b;
+  GemmActivation activation = GemmActivation::none;
+  void* aux = nullptr;  ///< the activation's pre-activation: written (gelu_tanh) or read
 };
 
 /// What a random fill draws.

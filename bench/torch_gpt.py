@@ -7,7 +7,7 @@ initial weights brrr wrote:
 
     examples/gpt --iters 0 --save init.safetensors          # brrr's initial weights + vocabulary
     examples/gpt --resume init.safetensors --csv brrr.csv    # brrr trains from them
-    python3 bench/torch_gpt.py --init init.safetensors --csv torch.csv [--bf16] [--compile]
+    python3 bench/torch_gpt.py --init init.safetensors --csv torch.csv [--bf16] [--compile] [--gelu tanh]
 
 By default the batch offsets are PyTorch's own draws (torch.randint with --seed): the two loss
 curves then come from the same start and the same distribution of batches. With
@@ -89,10 +89,10 @@ class Mlp(nn.Module):
         super().__init__()
         self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd, bias=False)
         self.c_proj = nn.Linear(4 * c.n_embd, c.n_embd, bias=False)
-        self.p = c.dropout
+        self.p, self.gelu = c.dropout, c.gelu
 
     def forward(self, x):
-        return F.dropout(self.c_proj(F.gelu(self.c_fc(x))), self.p, self.training)
+        return F.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.gelu)), self.p, self.training)
 
 
 class Block(nn.Module):
@@ -145,6 +145,7 @@ def main():
     ap.add_argument("--csv")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--offsets", help="brrr's training batch offsets (examples/gpt --offsets-out FILE)")
+    ap.add_argument("--gelu", choices=["none", "tanh"], default="none", help="GELU's form (F.gelu's approximate)")
     ap.add_argument("--bf16", action="store_true", help="torch.autocast(bfloat16)")
     ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (f32 otherwise)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")

@@ -27,6 +27,7 @@ using backend::BinaryKind;
 using backend::BinaryOp;
 using backend::CheckedOp;
 using backend::Distribution;
+using backend::GemmActivation;
 using backend::GemmArgs;
 using backend::GemmOperand;
 using backend::Integers;
@@ -76,6 +77,14 @@ public:
 
 /// The backend of `device`'s type.
 Backend& backend_for(Device device);
+
+/// GemmArgs' activation epilogue as separate kernels of backend `be` over a computed C (what
+/// the CPU runs, and CUDA where cuBLASLt has no fused kernel for the case; ops/cpu/gemm.cpp):
+/// gelu_tanh copies C (the product plus bias) to aux and writes gelu(aux) to C;
+/// gelu_tanh_backward multiplies C by gelu'(aux) in place. First checks the epilogue's
+/// preconditions (aux given, batch 1, alpha 1, beta 0, no bias gradient or f32 result, no bias
+/// with the backward): Error(value) naming them; with check_only that is all it does.
+void gemm_activation_epilogue(Backend& be, const GemmArgs& g, bool check_only = false);
 
 /// 32-bit Philox words that random() consumes for `numel` elements of `dist` (the generator
 /// offset advances by this): uniform f32-likes 1, f64 and normals and integers 2 or 4.

@@ -536,6 +536,24 @@ bool allow_tf32();
 /// A 2-D weight with a 1-D bias of its dtype is one GEMM over input flattened to [rows, in],
 /// the bias fused as in addmm; without a bias, matmul(input, weight^T).
 [[nodiscard]] Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = {});
+/// A transformer's MLP, linear(gelu(linear(input, fc_weight, fc_bias), approximate),
+/// proj_weight, proj_bias), as one node with the activation in the GEMMs' epilogues
+/// (FlashAttention's fused_mlp_func): input [..., in], fc_weight [hidden, in], fc_bias [hidden],
+/// proj_weight [out, hidden], proj_bias [out] (biases may be undefined) -> [..., out]. With
+/// approximate "tanh" (GELU's tanh form, Hendrycks & Gimpel 2016, as GPT-2 trains) the first
+/// GEMM applies GELU as it stores and keeps the pre-activation for backward, whose
+/// hidden-gradient GEMM applies GELU's derivative (backend GemmArgs::activation). On CUDA
+/// cuBLASLt fuses the forward one for bf16 (its GELU_AUX epilogue), one pass over the
+/// [rows, hidden] activations fewer; elsewhere, where Lt's epilogues measured slower or less
+/// accurate, each is the GEMM and then one elementwise kernel, the composite's work.
+/// Needs one device and one f32/f64/bf16/f16 dtype (under autocast, each tensor f32 or the
+/// autocast dtype: bf16/f16 GEMMs, gradients in each input's dtype, as linear); otherwise, and
+/// for approximate "none" (cuBLASLt has no exact-GELU epilogue), the composite of linear, gelu
+/// and linear. Error(shape) naming fused_mlp for mismatched weights or biases, Error(value)
+/// for another `approximate`.
+[[nodiscard]] Tensor fused_mlp(const Tensor& input, const Tensor& fc_weight, const Tensor& fc_bias,
+                               const Tensor& proj_weight, const Tensor& proj_bias,
+                               const std::string& approximate = "tanh");
 /// Contraction over dims_a of a with dims_b of b (sizes equal), or over a's last `dims` with
 /// b's first: [free_a..., free_b...]. One matmul after permutes and reshapes.
 [[nodiscard]] Tensor tensordot(const Tensor& a, const Tensor& b, const std::vector<std::int64_t>& dims_a,
@@ -1358,6 +1376,11 @@ backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::arr
 /// The elementwise op `op` of x with its parameters p0/p1 (clamp's bounds, the activations'
 /// parameters), its backward rule recorded (ops/unary.cpp).
 Tensor unary_op(backend::UnaryOp op, const Tensor& x, double p0 = 0, double p1 = 0);
+/// The gradient of unary op `op` for the upstream g, with Tensor ops (second derivatives work;
+/// gelu's, relu's: one kernel outside grad mode). `v` is the saved tensor: the output y for the
+/// ops differentiated through their output (exp, sqrt, tanh, sigmoid, ...), else the input x.
+/// p0/p1: clamp's bounds (ops/unary.cpp).
+Tensor unary_rule(backend::UnaryOp op, const Tensor& g, const Tensor& v, double p0 = 0, double p1 = 0);
 /// The gradient of an activation of BRRR_ACTIVATION_OPS at input x (ops/activation.cpp).
 Tensor activation_rule(backend::UnaryOp op, const Tensor& g, const Tensor& x, double p0, double p1);
 /// Inverted-dropout noise of `shape` for x: 1 / (1 - p) where rand >= p, else 0, in x's
@@ -1398,6 +1421,30 @@ Tensor conv2d_composite_weight_grad(const Tensor& grad_out, const Tensor& x, con
 /// The bias gradient of a convolution: grad_out [N, O, ...] summed to [O].
 Tensor conv_bias_grad(const Tensor& grad_out);
 
+/// A GEMM's activation epilogue for gemm_2d (backend::GemmArgs::activation): gelu_tanh
+/// allocates *aux ([m, n], C's dtype) and writes the pre-activation there; gelu_tanh_backward
+/// reads *aux.
+struct ActivationEpilogue {
+  backend::GemmActivation kind = backend::GemmActivation::none;
+  Tensor* aux = nullptr;
+};
+/// a [m, k] @ b [k, n] (+ bias [n]) by one unrecorded GEMM (ops/matmul.cpp), a and b row- or
+/// column-major views (copied otherwise). With bias_grad, also the sum over k of operand `of`
+/// (a: [m], b: [n]) into *bias_grad (no bias then). With f32_out (bf16/f16 a and b): the
+/// product and the bias gradient in f32, unrounded. `act`: the activation epilogue.
+Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad, backend::GemmOperand of,
+               const char* op, bool f32_out = false, const ActivationEpilogue& act = {});
+/// The dtypes linear's gradients of x, w and bias are given back in.
+struct GradDtypes {
+  DType x, w, bias;
+};
+/// The gradients of x [M, K] @ w [K, N] + bias (linear_2d, linear_autocast, fused_mlp) for the
+/// upstream g [M, N], those marked in `needs` (x, w, bias): dx = g w^T, dw = x^T g, dbias = g
+/// summed over rows, in `to`'s dtypes. Without grad mode (no create_graph) each comes from one
+/// GEMM (dbias by the bias-gradient epilogue of dw's), an f32 one straight from bf16/f16
+/// operands (f32_out); in grad mode from recorded matmul, sum and casts.
+std::vector<Tensor> linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, const std::array<bool, 3>& needs,
+                                 const GradDtypes& to);
 /// x [M, K] @ w [K, N] + bias [N] (ops/matmul.cpp): one GEMM with the bias in its epilogue,
 /// recorded as one node whose rule is dx = g w^T, dw = x^T g with the bias gradient fused into
 /// that GEMM (recorded matmul and sum under create_graph). x and w 2-D, bias 1-D or undefined,

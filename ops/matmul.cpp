@@ -15,6 +15,7 @@
 // rows) in one GEMM too, by the bias-gradient epilogue of the backend contract.
 module;
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -242,11 +243,10 @@ autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Te
   return {ga, gb};
 }
 
-// a [m, k] @ b [k, n] (+ bias [n]) by one unrecorded GEMM. With bias_grad, also the sum over
-// k of operand `of` (a: [m], b: [n]) into *bias_grad (no bias then).
-// With f32_out (bf16/f16 a and b): the product and the bias gradient in f32, unrounded.
-Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad, backend::GemmOperand of,
-               const char* op, bool f32_out = false) {
+}  // namespace
+
+Tensor ops_detail::gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad,
+                           backend::GemmOperand of, const char* op, bool f32_out, const ActivationEpilogue& act) {
   NoGradGuard no_grad;
   const Device dev = a.device();
   const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
@@ -278,23 +278,21 @@ Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bia
     args.bias_grad = backend::output_data(*bias_grad, op);
     args.bias_grad_of = of;
   }
+  if (act.kind != backend::GemmActivation::none) {
+    if (act.kind == backend::GemmActivation::gelu_tanh) *act.aux = empty({m, n}, {.dtype = out_dtype, .device = dev});
+    args.activation = act.kind;
+    args.aux = act.kind == backend::GemmActivation::gelu_tanh
+                   ? backend::output_data(*act.aux, op)
+                   : const_cast<void*>(backend::input_data(*act.aux, op));
+  }
   args.c = backend::output_data(out, op);
   backend::backend_for(dev).gemm(args);
   return out;
 }
 
-// The dtypes the gradients of linear's x, w and bias are given back in.
-struct GradDtypes {
-  DType x, w, bias;
-};
-
-// The gradients of x @ w + bias (linear_2d, linear_autocast): dx = g w^T, dw = x^T g, dbias =
-// g summed over rows, in `to`'s dtypes. Without create_graph each comes from one GEMM (dbias by
-// the bias-gradient epilogue of dw's), an f32 one straight from bf16/f16 operands (f32_out);
-// with it, from recorded matmul, sum and casts.
-autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const Tensor& w, const GradDtypes& to) {
+autograd::Grads ops_detail::linear_grads(const Tensor& g, const Tensor& x, const Tensor& w,
+                                         const std::array<bool, 3>& needs, const GradDtypes& to) {
   autograd::Grads r(3);
-  const Tensor& g = c.grad();
   if (!g.defined()) return r;
   const auto as = [](Tensor t, DType d) { return t.defined() && t.dtype() != d ? t.to(d) : t; };
   // w the transpose of a contiguous [n, k] (linear's weight.t()): compute that tensor's
@@ -302,24 +300,30 @@ autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const 
   const bool w_transposed = w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
   if (!autograd::is_grad_enabled()) {
     const bool low = g.dtype() == DType::bf16 || g.dtype() == DType::f16;
-    if (c.needs(0)) r[0] = as(gemm_2d(g, w.t(), Tensor(), nullptr, backend::GemmOperand::b, "linear",
+    if (needs[0]) r[0] = as(gemm_2d(g, w.t(), Tensor(), nullptr, backend::GemmOperand::b, "linear",
                                       low && to.x == DType::f32), to.x);
-    if (c.needs(1)) {
+    if (needs[1]) {
       const bool f32 = low && to.w == DType::f32;
       Tensor db;
-      Tensor* want_db = c.needs(2) ? &db : nullptr;
+      Tensor* want_db = needs[2] ? &db : nullptr;
       r[1] = w_transposed ? gemm_2d(g.t(), x, Tensor(), want_db, backend::GemmOperand::a, "linear", f32).t()
                           : gemm_2d(x.t(), g, Tensor(), want_db, backend::GemmOperand::b, "linear", f32);
       r[1] = as(r[1], to.w);
       r[2] = as(db, to.bias);
     }
-    if (c.needs(2) && !r[2].defined()) r[2] = as(sum(g, {0}), to.bias);
+    if (needs[2] && !r[2].defined()) r[2] = as(sum(g, {0}), to.bias);
     return r;
   }
-  if (c.needs(0)) r[0] = as(matmul(g, w.t()), to.x);
-  if (c.needs(1)) r[1] = as(w_transposed ? matmul(g.t(), x).t() : matmul(x.t(), g), to.w);
-  if (c.needs(2)) r[2] = as(sum(g, {0}), to.bias);
+  if (needs[0]) r[0] = as(matmul(g, w.t()), to.x);
+  if (needs[1]) r[1] = as(w_transposed ? matmul(g.t(), x).t() : matmul(x.t(), g), to.w);
+  if (needs[2]) r[2] = as(sum(g, {0}), to.bias);
   return r;
+}
+
+namespace {
+
+autograd::Grads linear_rule(const autograd::Backward& c, const Tensor& x, const Tensor& w, const GradDtypes& to) {
+  return linear_grads(c.grad(), x, w, {c.needs(0), c.needs(1), c.needs(2)}, to);
 }
 
 }  // namespace

@@ -80,9 +80,9 @@ const char* backward_name_of(UnaryOp op) {
   return "?";
 }
 
-// The gradient of each op, with Tensor ops (second derivatives work). `v` is the saved
-// tensor: the output y for the ops of saves_output, else the input x. p0/p1: clamp's bounds.
-Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, double p1) {
+}  // namespace
+
+Tensor ops_detail::unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, double p1) {
   const Tensor& x = v;
   const Tensor& y = v;
   switch (op) {
@@ -164,8 +164,6 @@ Tensor unary_rule(UnaryOp op, const Tensor& g, const Tensor& v, double p0, doubl
   }
   return {};
 }
-
-}  // namespace
 
 Tensor ops_detail::unary_op(UnaryOp op, const Tensor& x, double p0, double p1) {
   if (is_wrapped_number(x)) return number_op(op, x, p0, p1);

@@ -67,6 +67,17 @@ enum class Computed {
   /// rounded before both paths): f16's error budget and 50 % for the inputs' rounding. atol
   /// relative to the largest |want|, as `attention`'s. f32 only.
   attention_tf32,
+  /// fused_mlp (two GEMMs with GELU between, forward and gradients; either device) against
+  /// the float64 composite on the same rounded inputs, atol relative to the largest |want| of
+  /// the tensor (as attention's: the hidden gradient's products cancel). Each GEMM carries
+  /// gemm's error relative to its sum of |terms|, which for these normalised operands is a few
+  /// times the largest result; the chain has three in a row (dh, then dx or dW1), and in
+  /// bf16/f16 the hidden activations are rounded on the way (the CPU rounds the pre-activation
+  /// before GELU, cuBLASLt's epilogue does not).
+  mlp,
+  /// fused_mlp of f32 with TF32 allowed (cuBLAS's TF32 products, 2^-11 relative per operand)
+  /// against the float64 composite: gemm_tf32's budget through the same chain. f32 only.
+  mlp_tf32,
 };
 
 /// The row `how` for results in `d` (integers and bool: exact).
@@ -102,6 +113,9 @@ inline constexpr Tol tolerance(Computed how, brrr::DType d) {
     case Computed::attention:
       return f64 ? Tol{1e-12, 1e-12} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{1.6e-2, 1.6e-2} : Tol{4e-3, 4e-3};
     case Computed::attention_tf32: return f32 ? Tol{6e-3, 6e-3} : tolerance(Computed::attention, d);
+    case Computed::mlp:
+      return f64 ? Tol{1e-12, 1e-12} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{3e-2, 3e-2} : Tol{6e-3, 6e-3};
+    case Computed::mlp_tf32: return f32 ? Tol{1e-2, 1e-2} : tolerance(Computed::mlp, d);
     case Computed::conv_parity:
       return f64 ? Tol{1e-11, 1e-11} : f32 ? Tol{1e-4, 1e-4} : bf16 ? Tol{3e-2, 3e-2} : Tol{1e-3, 1e-5};
   }

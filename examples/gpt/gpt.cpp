@@ -21,6 +21,7 @@
 //   gpt --graph                          the same training, each step a replay of one CUDA graph
 //   gpt --dtype bf16                     mixed precision: the forward under AutocastGuard(bf16)
 //   gpt --dtype tf32                     f32 with TF32 tensor-core GEMMs (set_allow_tf32)
+//   gpt --gelu tanh                      GELU's tanh form (GPT-2's) inside the MLP's GEMMs (fused_mlp)
 //
 // With --graph the first step runs eagerly (it makes AdamW's state) and captures nothing; the
 // second is captured once (cuda::GraphedStep) and every later step replays it. The batch is
@@ -57,7 +58,7 @@ struct Config {
   std::int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 256, batch_size = 64;
   double dropout = 0.2, lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
   std::int64_t iters = 5000, warmup = 100, eval_every = 250, eval_iters = 200, log_every = 10;
-  std::string device = "auto", text, save, resume, csv, dtype = "f32", offsets_out;
+  std::string device = "auto", text, save, resume, csv, dtype = "f32", offsets_out, gelu = "none";
   std::uint64_t seed = 1337;
   bool tiny = false, expect_progress = false, graph = false;
   std::int64_t sample = 0, top_k = 0;
@@ -187,16 +188,24 @@ private:
 
 class MlpImpl final : public nn::ModuleImpl {
 public:
-  MlpImpl(const Config& c) {
-    c_fc = nn::Linear(c.n_embd, 4 * c.n_embd, false).impl();
-    c_proj = nn::Linear(4 * c.n_embd, c.n_embd, false).impl();
+  MlpImpl(const Config& c) : fc_(c.n_embd, 4 * c.n_embd, false), proj_(4 * c.n_embd, c.n_embd, false), gelu_(c.gelu) {
+    c_fc = fc_.impl();
+    c_proj = proj_.impl();
     register_module("c_fc", c_fc);
     register_module("c_proj", c_proj);
   }
-  // Its dropout: the next residual step's.
-  Tensor forward(const Tensor& x) override { return c_proj->forward(gelu(c_fc->forward(x))); }
+  // Its dropout: the next residual step's. GELU's tanh form (--gelu tanh) runs inside the two
+  // GEMMs' epilogues (fused_mlp); the exact form, nanoGPT's nn.GELU(), between them.
+  Tensor forward(const Tensor& x) override {
+    if (gelu_ == "tanh") return fused_mlp(x, fc_.weight(), Tensor(), proj_.weight(), Tensor(), "tanh");
+    return c_proj->forward(gelu(c_fc->forward(x)));
+  }
   std::string name() const override { return "MLP"; }
   std::shared_ptr<nn::ModuleImpl> c_fc, c_proj;
+
+private:
+  nn::Linear fc_, proj_;
+  std::string gelu_;
 };
 
 // nanoGPT's block, x + attn(ln_1(x)) then x + mlp(ln_2(x)) with each branch's dropout, written
@@ -405,6 +414,11 @@ int main(int argc, char** argv) {
                  "f32; tf32: f32 with TF32 GEMMs on CUDA (set_allow_tf32); or bf16: mixed precision (autocast; f32 "
                  "master weights)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--gelu", cfg.gelu,
+                 "GELU's form: none (exact, nanoGPT's nn.GELU()) or tanh (GPT-2's approximation, fused into the MLP's "
+                 "GEMMs by fused_mlp)")
+      ->check(CLI::IsMember({"none", "tanh"}))
       ->capture_default_str();
   app.add_flag("--graph", cfg.graph,
                "capture the training step once as a CUDA graph and replay it for every step after the first "

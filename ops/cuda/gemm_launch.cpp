@@ -30,6 +30,15 @@
 //     writes sum_k op(X)[j, k] = sum_k B[k, j], D's row count long.
 //   * the sum over k of A ([m]): Lt's second operand is Y = A, and CUBLASLT_EPILOGUE_BGRADB
 //     writes sum_k op(Y)[k, i] = sum_k A[i, k], D's column count long.
+//   * the activations: aux has D's layout (ld n); CUBLASLT_EPILOGUE_GELU_AUX(_BIAS) writes
+//     the pre-activation there and GELU (cuBLASLt's is the tanh form) into D. Used for bf16
+//     only, where it pays; everywhere else, and without a Lt kernel (aux's ld must be a
+//     multiple of 8), the product (with Lt's bias epilogue), then gemm_activation_epilogue's
+//     kernels. Measured on the H200 at the GPT's MLP (16384 x 384 -> 1536, docs/benchmarks.md):
+//     bf16 GELU_AUX is one nvjet kernel, 49.5 us against 34.9 + 36.6 for the GEMM and our
+//     GELU; bf16 DGELU runs an xmma kernel, 84.8 us against 34.8 + 47.5 (not used); for f32
+//     (TF32) Lt runs both as a separate epilogue kernel after the GEMM, 80.6 and 212 us against
+//     our kernels' 51.9 and 73.5 (not used); for f64 its GELU is 2e-10 off (not used).
 //
 // Algorithms. The first time a case is seen, cublasLtMatmulAlgoGetHeuristic picks one
 // (heuristic #0) for its key: shapes, leading dimensions, batch strides, dtype, compute type,
@@ -88,7 +97,7 @@ namespace brrr::backend {
 namespace {
 
 // What decides a cuBLASLt plan (see the top): every field of the descriptors, plus alignments.
-using LtKey = std::array<std::int64_t, 18>;
+using LtKey = std::array<std::int64_t, 19>;
 
 struct LtKeyHash {
   std::size_t operator()(const LtKey& key) const noexcept {
@@ -207,6 +216,9 @@ void* workspace_for(DeviceBlas& blas, int device, const StreamPtr& stream) {
   return ws->second.data();
 }
 
+// The epilogues with an aux matrix (GemmArgs::aux): the GELU pre-activation written.
+bool uses_aux(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+
 // One GEMM's types (see the top): A and B's, C's (out), alpha/beta's, the accumulation's.
 struct GemmTypes {
   cudaDataType type = CUDA_R_32F, out = CUDA_R_32F, scale = CUDA_R_32F;
@@ -277,6 +289,13 @@ int fastest_candidate(DeviceBlas& blas, const Call& call, LtPlan& plan, cublasLt
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
                                                      sizeof(vector)));
+  Storage aux;  // the pre-activation a GELU_AUX epilogue writes
+  if (uses_aux(epilogue)) {
+    aux = allocate_device(static_cast<std::size_t>(g.m * g.n) * out_size, g.device, stream);
+    void* p = aux.data();
+    BRRR_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p, sizeof(p)));
+  }
   cudaEvent_t start = nullptr, stop = nullptr;
   BRRR_CUDA_CHECK(cudaEventCreate(&start));
   struct EventGuard {
@@ -338,7 +357,8 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
                      alignment(g.a, g.batch, g.a_batch_stride * size),
                      alignment(g.c, g.batch, g.m * g.n * out_size),
                      alignment(vector),
-                     static_cast<std::int64_t>(call.types.out)};
+                     static_cast<std::int64_t>(call.types.out),
+                     uses_aux(epilogue) ? alignment(g.aux) : 0};
   auto found = blas.plans.find(key);
   if (found != blas.plans.end()) return *found->second;
   if (blas.plans.size() >= max_plans) blas.plans.clear();  // descriptors are host-side: safe to drop
@@ -357,6 +377,16 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
                                                      sizeof(bias_type)));
     BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
                                                      sizeof(vector)));
+  }
+  if (uses_aux(epilogue)) {
+    const std::int64_t aux_ld = g.n;
+    const std::int32_t aux_type = t.out;
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                     sizeof(aux_ld)));
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                     &aux_type, sizeof(aux_type)));
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                                     sizeof(g.aux)));
   }
   plan->x = lt_layout(t.type, call.x, g.k, g.n, g.batch, g.b_batch_stride);
   plan->y = lt_layout(t.type, call.y, g.m, g.k, g.batch, g.a_batch_stride);
@@ -426,10 +456,13 @@ bool lt_matmul(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, 
   LtPlan& plan = lt_plan(blas, call, epilogue, vector, workspace, stream_ptr);
   const auto stream = static_cast<cudaStream_t>(stream_ptr->handle);
   if (!plan.usable) return false;
+  const GemmArgs& g = call.g;
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
                                                      sizeof(vector)));
-  const GemmArgs& g = call.g;
+  if (uses_aux(epilogue))
+    BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                                     sizeof(g.aux)));
   const cublasStatus_t status =
       cublasLtMatmul(blas.lt, plan.desc, call.alpha, g.b, plan.x, g.a, plan.y, call.beta, g.c, plan.c, g.c, plan.c,
                      &plan.algo, workspace, blas.workspace_bytes, stream);
@@ -492,6 +525,7 @@ void blas_prepare(int device) {
 }
 
 void CudaBackend::gemm(const GemmArgs& g) {
+  gemm_activation_epilogue(*this, g, true);
   if (g.bias != nullptr && g.bias_grad != nullptr)
     throw Error(ErrorKind::value, "gemm: a bias and a bias gradient cannot be asked of one product");
   if ((g.bias != nullptr || g.bias_grad != nullptr) && g.batch != 1)
@@ -509,7 +543,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
   StreamPtr stream = current_stream(g.device);
   auto raw_stream = static_cast<cudaStream_t>(stream->handle);
 
-  bool epilogue_done = false;
+  bool epilogue_done = false, activation_in_lt = false;
   if (product) {
     if (g.k == 0 && g.beta == 0) {  // an empty sum: C = 0 (all-zero bits in every float type)
       BRRR_CUDA_CHECK(
@@ -529,7 +563,15 @@ void CudaBackend::gemm(const GemmArgs& g) {
       const bool lt_sizes = g.k > 0 && fits_int(g.batch) && fits_int(g.m) && fits_int(g.n) && fits_int(g.k);
       cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
       const void* vector = nullptr;
-      if (g.bias != nullptr) {
+      // Lt's GELU epilogues only where they pay (see the top): GELU_AUX for bf16.
+      activation_in_lt = g.activation == GemmActivation::gelu_tanh && g.dtype == DType::bf16;
+      if (g.activation != GemmActivation::none && !activation_in_lt) {
+        vector = g.bias;  // the bias in Lt's epilogue, the activation's kernels after it
+        epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      } else if (g.activation == GemmActivation::gelu_tanh) {
+        epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        vector = g.bias;
+      } else if (g.bias != nullptr) {
         epilogue = CUBLASLT_EPILOGUE_BIAS;
         vector = g.bias;
       } else if (g.bias_grad != nullptr) {
@@ -543,7 +585,10 @@ void CudaBackend::gemm(const GemmArgs& g) {
         blas_gemm(blas, call, workspace, raw_stream);
     }
   }
-  if (epilogue_done) return;
+  if (epilogue_done) {
+    if (!activation_in_lt) gemm_activation_epilogue(*this, g);  // after Lt's bias epilogue
+    return;
+  }
 
   // The epilogue as a kernel of its own (Lt had none for the case, or there was no product).
   if (g.bias != nullptr) {  // C += bias, in place: [m, n] plus a row broadcast
@@ -551,6 +596,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
     const Operand row = operand(const_cast<void*>(g.bias), g.dtype, g.device, {g.m, g.n}, {0, 1});
     binary(BinaryOp::add, out, out, row);
   }
+  gemm_activation_epilogue(*this, g);
   if (g.bias_grad != nullptr) {
     const bool of_b = g.bias_grad_of == GemmOperand::b;
     const std::int64_t len = of_b ? g.n : g.m;
