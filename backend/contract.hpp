@@ -97,12 +97,20 @@ struct Operand {
 /// dropout. Under a CUDA graph capture seed_offset points to device memory {seed, offset}
 /// that the graph's replay hook writes, and the words are read at (seed_offset[0],
 /// seed_offset[1] + offset); otherwise it is null and (seed, offset) are used as given.
+/// keep_bits: null, or the mask as bits, [B H L, attention_keep_words(S)] 32-bit words, bit
+/// j % 32 of word (row, j / 32) set iff element (row, j) is kept. CUDA's tensor-core kernels
+/// (bf16/f16, f32 with TF32) write it in the forward, where they draw the words, and read it in
+/// the backward instead of drawing them again (there it is required); words of elements no row
+/// sees (causal, past S) stay zero. The CPU and CUDA's f32/f64 kernels neither write nor read it.
 struct AttentionDropout {
   double p = 0;
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
   const std::uint64_t* seed_offset = nullptr;
+  std::uint32_t* keep_bits = nullptr;
 };
+/// 32-bit words per row of AttentionDropout::keep_bits for S keys.
+constexpr std::int64_t attention_keep_words(std::int64_t s) { return (s + 31) / 32; }
 
 /// Geometry of a 2-D convolution/pooling window sweep over an [N, C, H, W] input.
 struct Window2d {
@@ -703,8 +711,8 @@ template <class F> void with_op(ReduceOp op, F&& f) {
                         bool allow_tf32))                                                                            \
   /* Its gradients dq, dk, dv (shapes and dtypes of q, k, v; last stride 1) from dout (out's shape), q, k, v, out   \
      and lse as attention_forward wrote them; the probabilities are recomputed from lse and the dropout mask from   \
-     the same `dropout` (dV = (P o Z)^T dO, dP = (dO V^T) o Z, dS = P o (dP - rowsum(dO o O))); allow_tf32 as in   \
-     attention_forward. */                                                                                          \
+     the same `dropout` (its keep_bits as the forward wrote them, where used) (dV = (P o Z)^T dO, dP = (dO V^T) o  \
+     Z, dS = P o (dP - rowsum(dO o O))); allow_tf32 as in attention_forward. */                                     \
   X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
                          const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
                          const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,            \

@@ -23,6 +23,7 @@ import brrr.tensor;
 export namespace brrr::backend {
 
 using backend::AttentionDropout;
+using backend::attention_keep_words;
 using backend::BinaryKind;
 using backend::BinaryOp;
 using backend::CheckedOp;

@@ -168,7 +168,7 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
     Tensor ds = mul(pr, sub(dp, sum(mul(dp, pr), {-1}, true)));
     return {mul(matmul(ds, k), p.scale), mul(matmul(ds.transpose(-2, -1), q), p.scale), dv};
   }
-  const Tensor out = c.saved(3), lse = c.saved(4);
+  const Tensor out = c.saved(3), lse = c.saved(4), keep = c.saved(5);
   const Tensor qc = last_dim_contiguous(q), kc = last_dim_contiguous(k), vc = last_dim_contiguous(v);
   Tensor gc = last_dim_contiguous(g.dtype() == q.dtype() ? g : g.to(q.dtype()));
   Tensor dq, dk, dv;
@@ -182,11 +182,13 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
   } else {
     dq = empty_grad_like(q), dk = empty_grad_like(k), dv = empty_grad_like(v);
   }
+  backend::AttentionDropout dropout = p.dropout;
+  if (keep.defined()) dropout.keep_bits = static_cast<std::uint32_t*>(const_cast<void*>(backend::input_data(keep, flash)));
   backend::backend_for(q.device())
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
                           backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
                           backend::input(vc, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
-                          p.causal, p.dropout, p.allow_tf32);
+                          p.causal, dropout, p.allow_tf32);
   return {c.needs(0) ? dq : Tensor(), c.needs(1) ? dk : Tensor(), c.needs(2) ? dv : Tensor()};
 }
 
@@ -212,7 +214,8 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
                                       to_string(query.shape()) + " and key " + to_string(key.shape()));
   const Device dev = query.device();
   FlashParams params{scale_of(query, options), options.is_causal, {}, allow_tf32()};
-  Tensor q, k, v, out, lse;
+  const bool needs_grad = autograd::any_requires_grad({query, key, value});
+  Tensor q, k, v, out, lse, keep;
   {
     NoGradGuard no_grad;
     q = last_dim_contiguous(query);
@@ -223,14 +226,25 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
                 {.dtype = query.dtype() == DType::f64 ? DType::f64 : DType::f32, .device = dev});
     if (out.numel() > 0 && options.dropout_p > 0)
       params.dropout = draw_dropout(options.dropout_p, query.dtype(), dev, out.numel() / query.size(3) * key.size(2));
+    // The tensor-core kernels (CUDA: bf16/f16, f32 with TF32) keep the forward's mask as bits
+    // for their backward (AttentionDropout::keep_bits) rather than drawing it twice more.
+    const bool tensor_cores = dev.is_cuda() && (query.dtype() == DType::bf16 || query.dtype() == DType::f16 ||
+                                                (query.dtype() == DType::f32 && params.allow_tf32));
+    if (params.dropout.p > 0 && needs_grad && tensor_cores) {
+      keep = empty({out.numel() / query.size(3), backend::attention_keep_words(key.size(2))},
+                   {.dtype = DType::i32, .device = dev});
+      params.dropout.keep_bits = static_cast<std::uint32_t*>(backend::output_data(keep, flash));
+    }
     if (out.numel() > 0)
       backend::backend_for(dev).attention_forward(backend::output(out, flash), backend::output(lse, flash),
                                                   backend::input(q, flash), backend::input(k, flash),
                                                   backend::input(v, flash), params.scale, params.causal,
                                                   params.dropout, params.allow_tf32);
   }
-  if (autograd::any_requires_grad({query, key, value}) && out.numel() > 0)
-    autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out}, {query, key, value, out, lse},
+  params.dropout.keep_bits = nullptr;  // the backward takes the saved tensor's
+  if (needs_grad && out.numel() > 0)
+    autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out},
+                     {query, key, value, out, lse, keep},
                      [params](const autograd::Backward& c) { return flash_rule(c, params); });
   return out;
 }

@@ -72,8 +72,10 @@
 // 2g + (8 nt >= NK/2) (and 2(g+8) + ...) by shuffles. dK/dV (rows = keys: a query's 16 keys of
 // the warp are 16 consecutive words): for 64 query columns lane l computes the 16-bit masks of
 // columns 2l and 2l+1 (4 or 5 blocks each), for 16 columns lane l the 8 keys 8 (l % 2) .. of
-// column l/2; the owner of column 8 nt + 2t + e reads them by shuffles. The mask is recomputed
-// in each kernel, never stored.
+// column l/2; the owner of column 8 nt + 2t + e reads them by shuffles. Only the forward draws
+// the words: it stores the bits it computes (AttentionDropout::keep_bits, a row-major bit
+// matrix of 3 MiB for the GPT's [64, 6, 256, 256]), and dq and dK/dV read them instead of
+// drawing them again (each backward kernel spent about as long on Philox as the forward).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -147,6 +149,8 @@ struct Dropout {
   std::uint64_t seed, offset;
   std::uint32_t threshold;  // keep iff (word >> 8) >= threshold
   float scale;              // 1 / (1 - p)
+  std::uint32_t* bits;      // the stored mask: written by the forward (if not null), read by the backward
+  int words;                // its words per row
 };
 
 Dropout dropout_of(const AttentionDropout& d) {
@@ -155,7 +159,7 @@ Dropout dropout_of(const AttentionDropout& d) {
   const double p32 = static_cast<double>(static_cast<float>(d.p));
   const double t = std::ceil(p32 * 16777216.0);
   return {d.seed_offset, d.seed, d.offset, static_cast<std::uint32_t>(t < 16777216.0 ? (t > 0 ? t : 0) : 16777216.0),
-          static_cast<float>(d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0)};
+          static_cast<float>(d.p < 1 ? 1.0 / (1.0 - d.p) : 0.0), d.keep_bits, 0};
 }
 
 // Bit e (e < N, N = 8, 16 or 32) set iff word w0 + e of the stream is kept: N / 4 or N / 4 + 1
@@ -179,16 +183,40 @@ __device__ __forceinline__ std::uint32_t keep_run(std::uint64_t seed, std::uint6
   return N == 32 ? bits : bits & ((1u << N) - 1);
 }
 
+// Bits [j, j + N) of row `row` of the stored mask (N = 8, 16 or 32; j a multiple of N, so they
+// sit in one word).
+template <int N>
+__device__ __forceinline__ std::uint32_t stored_run(const Dropout& drop, std::uint64_t row, int j) {
+  const std::uint32_t w = drop.bits[row * static_cast<std::uint64_t>(drop.words) + j / 32];
+  return N == 32 ? w : (w >> (j % 32)) & ((1u << N) - 1);
+}
+
 // Keep bits of a warp's 16 rows (queries first_row + r) x NK keys [j0, j0 + NK) for this
 // thread's accumulator elements: bit 4 nt + c of the result belongs to s[nt][c]. Lane l
-// computes row l / 2, keys (l % 2) NK / 2 .. + NK / 2 - 1.
-template <int NK>
-__device__ __forceinline__ std::uint32_t keep_rows(std::uint64_t seed, std::uint64_t offset, std::uint32_t threshold,
+// handles row l / 2, keys (l % 2) NK / 2 .. + NK / 2 - 1: the forward (STORED false) draws them
+// and writes them to the stored mask when there is one; the dq kernel (STORED) reads them there.
+// rows_left: the warp's rows before L.
+template <int NK, bool STORED>
+__device__ __forceinline__ std::uint32_t keep_rows(const Dropout& drop, std::uint64_t seed, std::uint64_t offset,
                                                    std::uint64_t first_row /* (b H + h) L + first query */,
-                                                   int k_len, int j0, int lane) {
+                                                   int rows_left, int k_len, int j0, int lane) {
   constexpr int kHalf = NK / 2;
-  const std::uint64_t w0 = offset + (first_row + lane / 2) * static_cast<std::uint64_t>(k_len) + j0 + kHalf * (lane % 2);
-  const std::uint32_t mine = keep_run<kHalf>(seed, w0, threshold);
+  const int r = lane / 2, j = j0 + kHalf * (lane % 2);
+  const bool in = r < rows_left && j < k_len;  // (the bits of the others are never used)
+  std::uint32_t mine;
+  if constexpr (STORED) {
+    mine = in ? stored_run<kHalf>(drop, first_row + r, j) : 0;
+  } else {
+    mine = keep_run<kHalf>(seed, offset + (first_row + r) * static_cast<std::uint64_t>(k_len) + j, drop.threshold);
+    if (drop.bits != nullptr) {
+      if constexpr (kHalf == 32) {
+        if (in) drop.bits[(first_row + r) * static_cast<std::uint64_t>(drop.words) + j / 32] = mine;
+      } else {  // lanes 2r and 2r + 1 hold the two halves of one word (j0 a multiple of 32)
+        const std::uint32_t high = __shfl_xor_sync(kFull, mine, 1);
+        if (in && lane % 2 == 0) drop.bits[(first_row + r) * static_cast<std::uint64_t>(drop.words) + j / 32] = mine | high << 16;
+      }
+    }
+  }
   const int g = lane / 4, t = lane % 4;
   const std::uint32_t lo0 = __shfl_sync(kFull, mine, 2 * g), hi0 = __shfl_sync(kFull, mine, 2 * g + 1);
   const std::uint32_t lo1 = __shfl_sync(kFull, mine, 2 * g + 16), hi1 = __shfl_sync(kFull, mine, 2 * g + 17);
@@ -203,17 +231,18 @@ __device__ __forceinline__ std::uint32_t keep_rows(std::uint64_t seed, std::uint
   return keep;
 }
 
-// Keep bits of a warp's 16 keys [jw, jw + 16) x BQ queries (rows first_row + c): bit 4 nt + c
-// belongs to s[nt][c] of the transposed scores (rows keys g, g + 8; columns queries).
+// Keep bits of a warp's 16 keys [jw, jw + 16) x BQ queries (rows first_row + c), read from the
+// stored mask: bit 4 nt + c belongs to s[nt][c] of the transposed scores (rows keys g, g + 8;
+// columns queries). queries_left: the tile's queries before L.
 template <int BQ>
-__device__ __forceinline__ std::uint32_t keep_cols(std::uint64_t seed, std::uint64_t offset, std::uint32_t threshold,
-                                                   std::uint64_t first_row, int k_len, int jw, int lane) {
+__device__ __forceinline__ std::uint32_t keep_cols(const Dropout& drop, std::uint64_t first_row, int queries_left,
+                                                   int k_len, int jw, int lane) {
   const int g = lane / 4, t = lane % 4;
-  const auto word = [&](int c) { return offset + (first_row + c) * static_cast<std::uint64_t>(k_len) + jw; };
+  // Keys [j, j + N) of query column c (the bits of queries past L and keys past S are never used).
+  const auto run16 = [&](int c) { return c < queries_left && jw < k_len ? stored_run<16>(drop, first_row + c, jw) : 0u; };
   std::uint32_t keep = 0;
   if constexpr (BQ == 64) {
-    const std::uint32_t mine = keep_run<16>(seed, word(2 * lane), threshold) |
-                               keep_run<16>(seed, word(2 * lane + 1), threshold) << 16;
+    const std::uint32_t mine = run16(2 * lane) | run16(2 * lane + 1) << 16;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const std::uint32_t x = __shfl_sync(kFull, mine, 4 * nt + t);  // columns 8 nt + 2t, + 1
@@ -221,7 +250,7 @@ __device__ __forceinline__ std::uint32_t keep_cols(std::uint64_t seed, std::uint
               << (4 * nt);
     }
   } else if constexpr (BQ == 32) {
-    const std::uint32_t mine = keep_run<16>(seed, word(lane), threshold);
+    const std::uint32_t mine = run16(lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const std::uint32_t x0 = __shfl_sync(kFull, mine, 8 * nt + 2 * t), x1 = __shfl_sync(kFull, mine, 8 * nt + 2 * t + 1);
@@ -229,7 +258,8 @@ __device__ __forceinline__ std::uint32_t keep_cols(std::uint64_t seed, std::uint
     }
   } else {
     static_assert(BQ == 16);  // lane l: column l / 2, keys 8 (l % 2) .. + 7
-    const std::uint32_t mine = keep_run<8>(seed, word(lane / 2) + 8 * (lane % 2), threshold);
+    const int c = lane / 2, j = jw + 8 * (lane % 2);
+    const std::uint32_t mine = c < queries_left && j < k_len ? stored_run<8>(drop, first_row + c, j) : 0u;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int c = 8 * nt + 2 * t;  // columns c, c + 1
@@ -495,7 +525,7 @@ __global__ void __launch_bounds__(kThreads)
     const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);
     std::uint32_t keep = 0;  // (before the scores exist: fewer live registers; none when all are masked)
     if constexpr (DROP)
-      if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
+      if (hi > 0) keep = keep_rows<NK, false>(drop, seed, offset, row0, g.q_len - iw, g.k_len, j0, lane);
     float s[NT][4];
     zero(s);
     mma_abt<REGS, KS, NT, P>(s, qf, sq + 16 * warp * P, ck, lane, 0, hi);
@@ -602,8 +632,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
   load_tile<NK, DMAX>(kv + kKT, vh, v.st, 0, g.k_len, g.dim, vec);
   cp_async_commit();
 
-  std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) philox_state(drop, seed, offset);
   const std::uint64_t row0 = static_cast<std::uint64_t>(bh) * g.q_len + iw;
   const T* my_q = sq + 16 * warp * P;
   const T* my_do = sdo + 16 * warp * P;
@@ -671,7 +699,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);  // as in the forward
     std::uint32_t keep = 0;
     if constexpr (DROP)
-      if (hi > 0) keep = keep_rows<NK>(seed, offset, drop.threshold, row0, g.k_len, j0, lane);
+      if (hi > 0) keep = keep_rows<NK, true>(drop, 0, 0, row0, g.q_len - iw, g.k_len, j0, lane);
     float s[NT][4], dp[NT][4];
     zero(s);
     zero(dp);
@@ -718,7 +746,7 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int BQ = kQueriesDkdv<T, DMAX>;
   constexpr int P = kPitch<T, DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / kStep<T>, NT = BQ / 8;
   constexpr int OT = DMAX / 8;
-  constexpr bool REGS = kRegs<T, DMAX> && !DROP;  // (with dropout's Philox, registers for K, V spill)
+  constexpr bool REGS = kRegs<T, DMAX> && !DROP;  // (with dropout, registers for K, V spill)
   extern __shared__ uint4 smem[];
   T* sk = reinterpret_cast<T*>(smem);
   T* sv = sk + kKTile;
@@ -751,8 +779,6 @@ __global__ void __launch_bounds__(kThreads)
   }
   cp_async_commit();
 
-  std::uint64_t seed = 0, offset = 0;
-  if constexpr (DROP) philox_state(drop, seed, offset);
   const T* my_k = sk + 16 * warp * P;
   const T* my_v = sv + 16 * warp * P;
 
@@ -792,7 +818,7 @@ __global__ void __launch_bounds__(kThreads)
     std::uint32_t keep = 0;
     if constexpr (DROP)
       if (lo < min(hi, BQ))
-        keep = keep_cols<BQ>(seed, offset, drop.threshold, static_cast<std::uint64_t>(rows0 + i0), g.k_len, jw, lane);
+        keep = keep_cols<BQ>(drop, static_cast<std::uint64_t>(rows0 + i0), g.q_len - i0, g.k_len, jw, lane);
     float s[NT][4], dp[NT][4];  // transposed: rows keys grp, grp + 8 of the warp; columns queries
     zero(s);
     zero(dp);
@@ -897,11 +923,16 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
     const std::size_t smem = (kBlock + 4 * kKeys<T, DMAX>) * static_cast<std::size_t>(kPitch<T, DMAX>) * sizeof(T);
     auto* kernel = dropout.p > 0 ? mma_forward_kernel<T, DMAX, true> : mma_forward_kernel<T, DMAX, false>;
     if (cudaError_t e = allow_smem(kernel, smem); e != cudaSuccess) return static_cast<int>(e);
+    Dropout drop = dropout_of(dropout);
+    drop.words = static_cast<int>(attention_keep_words(g.k_len));
+    if (dropout.p > 0 && drop.bits != nullptr) {  // the words no row draws stay zero
+      const std::size_t bytes = static_cast<std::size_t>(g.bh) * static_cast<std::size_t>(g.q_len) * drop.words * 4;
+      if (cudaError_t e = cudaMemsetAsync(drop.bits, 0, bytes, stream); e != cudaSuccess) return static_cast<int>(e);
+    }
     const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
     kernel<<<blocks, kThreads, smem, stream>>>(heads<T>(out), static_cast<float*>(lse.data), heads<const T>(q),
                                                heads<const T>(k), heads<const T>(v), g,
-                                               static_cast<float>(scale * 1.4426950408889634), causal,
-                                               dropout_of(dropout), vec);
+                                               static_cast<float>(scale * 1.4426950408889634), causal, drop, vec);
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -918,7 +949,9 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
     const bool vec = vectorizable(q) && vectorizable(k) && vectorizable(v) && vectorizable(out) &&
                      vectorizable(dout) && vectorizable(dq) && vectorizable(dk) && vectorizable(dv);
     const bool drop = dropout.p > 0;
-    const Dropout args = dropout_of(dropout);
+    Dropout args = dropout_of(dropout);
+    args.words = static_cast<int>(attention_keep_words(g.k_len));
+    if (drop && args.bits == nullptr) return static_cast<int>(cudaErrorInvalidValue);  // the forward's bits are needed
     const auto s = static_cast<float>(scale), s2 = static_cast<float>(scale * 1.4426950408889634);
     auto* delta = static_cast<float*>(workspace);
     const auto* lse_p = static_cast<const float*>(lse.data);
