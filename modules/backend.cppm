@@ -79,13 +79,14 @@ public:
 /// The backend of `device`'s type.
 Backend& backend_for(Device device);
 
-/// GemmArgs' activation epilogue as separate kernels of backend `be` over a computed C (what
-/// the CPU runs, and CUDA where cuBLASLt has no fused kernel for the case; ops/cpu/gemm.cpp):
-/// gelu_tanh copies C (the product plus bias) to aux and writes gelu(aux) to C;
-/// gelu_tanh_backward multiplies C by gelu'(aux) in place. First checks the epilogue's
-/// preconditions (aux given, batch 1, alpha 1, beta 0, no bias gradient or f32 result, no bias
-/// with the backward): Error(value) naming them; with check_only that is all it does.
-void gemm_activation_epilogue(Backend& be, const GemmArgs& g, bool check_only = false);
+/// GemmArgs' activation preconditions (aux given, batch 1, alpha 1, beta 0, no bias gradient
+/// or f32 result, no bias with the backward): Error(value) naming them (ops/cpu/gemm.cpp).
+void check_gemm_activation(const GemmArgs& g);
+/// GemmArgs' activation without a fused epilogue, by `be`'s own kernels (what the CPU runs, and
+/// CUDA where cuBLASLt's epilogue is not used): gelu_tanh has be.gemm write the product plus
+/// bias to aux and then writes gelu(aux) to C; gelu_tanh_backward has it write the product to C
+/// and multiplies C by gelu'(aux) in place. Checks the preconditions first.
+void gemm_activation_unfused(Backend& be, const GemmArgs& g);
 
 /// 32-bit Philox words that random() consumes for `numel` elements of `dist` (the generator
 /// offset advances by this): uniform f32-likes 1, f64 and normals and integers 2 or 4.

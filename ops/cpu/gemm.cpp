@@ -411,15 +411,25 @@ template <class T, class O = T> void write_bias_grad(const GemmArgs& g) {
 
 }  // namespace
 
-void gemm_activation_epilogue(Backend& be, const GemmArgs& g, bool check_only) {
+void check_gemm_activation(const GemmArgs& g) {
   if (g.activation == GemmActivation::none) return;
-  if ((g.aux == nullptr && g.m > 0 && g.n > 0) || g.batch != 1 || g.bias_grad != nullptr || g.f32_out || g.alpha != 1 || g.beta != 0)
+  if ((g.aux == nullptr && g.m > 0 && g.n > 0) || g.batch != 1 || g.bias_grad != nullptr || g.f32_out ||
+      g.alpha != 1 || g.beta != 0)
     throw Error(ErrorKind::value,
                 "gemm: the activation epilogue needs aux, batch 1, alpha 1 and beta 0, and no bias gradient or f32 "
                 "result");
   if (g.activation == GemmActivation::gelu_tanh_backward && g.bias != nullptr)
     throw Error(ErrorKind::value, "gemm: the gelu backward epilogue takes no bias");
-  if (check_only || g.m <= 0 || g.n <= 0) return;
+}
+
+void gemm_activation_unfused(Backend& be, const GemmArgs& g) {
+  check_gemm_activation(g);
+  GemmArgs product = g;
+  product.activation = GemmActivation::none;
+  product.aux = nullptr;
+  if (g.activation == GemmActivation::gelu_tanh) product.c = g.aux;  // the pre-activation, bias included
+  be.gemm(product);
+  if (g.activation == GemmActivation::none || g.m <= 0 || g.n <= 0) return;
   Operand c, aux;
   for (Operand* o : {&c, &aux}) {
     o->dtype = g.dtype;
@@ -434,16 +444,12 @@ void gemm_activation_epilogue(Backend& be, const GemmArgs& g, bool check_only) {
   }
   c.data = g.c;
   aux.data = g.aux;
-  if (g.activation == GemmActivation::gelu_tanh) {
-    be.copy(aux, c);
-    be.unary(UnaryOp::gelu_tanh, c, aux, 0.0, 0.0);
-  } else {
-    be.binary(BinaryOp::gelu_tanh_backward, c, c, aux);
-  }
+  if (g.activation == GemmActivation::gelu_tanh) be.unary(UnaryOp::gelu_tanh, c, aux, 0.0, 0.0);
+  else be.binary(BinaryOp::gelu_tanh_backward, c, c, aux);
 }
 
 void CpuBackend::gemm(const GemmArgs& args) {
-  gemm_activation_epilogue(*this, args, true);
+  if (args.activation != GemmActivation::none) return gemm_activation_unfused(*this, args);
   if (args.bias != nullptr && args.bias_grad != nullptr)
     throw Error(ErrorKind::value, "gemm: a bias and a bias gradient cannot be asked of one product");
   if ((args.bias != nullptr || args.bias_grad != nullptr) && args.batch != 1)
@@ -469,7 +475,6 @@ void CpuBackend::gemm(const GemmArgs& args) {
         throw Error(ErrorKind::dtype, std::string("gemm: unsupported dtype ") + to_string(args.dtype));
     }
   }
-  gemm_activation_epilogue(*this, args);
   // The bias gradient sums over k whether or not there is a product (an empty m or n of the
   // other operand leaves it whole).
   if (args.bias_grad == nullptr) return;

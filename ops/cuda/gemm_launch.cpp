@@ -33,8 +33,8 @@
 //   * the activations: aux has D's layout (ld n); CUBLASLT_EPILOGUE_GELU_AUX(_BIAS) writes
 //     the pre-activation there and GELU (cuBLASLt's is the tanh form) into D. Used for bf16
 //     only, where it pays; everywhere else, and without a Lt kernel (aux's ld must be a
-//     multiple of 8), the product (with Lt's bias epilogue), then gemm_activation_epilogue's
-//     kernels. Measured on the H200 at the GPT's MLP (16384 x 384 -> 1536, docs/benchmarks.md):
+//     multiple of 8), gemm_activation_unfused: the product (and bias) into aux, then GELU
+//     into C (the backward: the product into C, then C times GELU's derivative). Measured on the H200 at the GPT's MLP (16384 x 384 -> 1536, docs/benchmarks.md):
 //     bf16 GELU_AUX is one nvjet kernel, 49.5 us against 34.9 + 36.6 for the GEMM and our
 //     GELU; bf16 DGELU runs an xmma kernel, 84.8 us against 34.8 + 47.5 (not used); for f32
 //     (TF32) Lt runs both as a separate epilogue kernel after the GEMM, 80.6 and 212 us against
@@ -525,7 +525,11 @@ void blas_prepare(int device) {
 }
 
 void CudaBackend::gemm(const GemmArgs& g) {
-  gemm_activation_epilogue(*this, g, true);
+  check_gemm_activation(g);
+  // Lt's GELU epilogues only where they pay (see the top): GELU_AUX for bf16.
+  const bool lt_activation = g.activation == GemmActivation::gelu_tanh && g.dtype == DType::bf16 && g.batch > 0 &&
+                             g.m > 0 && g.n > 0 && g.k > 0;
+  if (g.activation != GemmActivation::none && !lt_activation) return gemm_activation_unfused(*this, g);
   if (g.bias != nullptr && g.bias_grad != nullptr)
     throw Error(ErrorKind::value, "gemm: a bias and a bias gradient cannot be asked of one product");
   if ((g.bias != nullptr || g.bias_grad != nullptr) && g.batch != 1)
@@ -543,7 +547,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
   StreamPtr stream = current_stream(g.device);
   auto raw_stream = static_cast<cudaStream_t>(stream->handle);
 
-  bool epilogue_done = false, activation_in_lt = false;
+  bool epilogue_done = false, unfused = false;
   if (product) {
     if (g.k == 0 && g.beta == 0) {  // an empty sum: C = 0 (all-zero bits in every float type)
       BRRR_CUDA_CHECK(
@@ -563,12 +567,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
       const bool lt_sizes = g.k > 0 && fits_int(g.batch) && fits_int(g.m) && fits_int(g.n) && fits_int(g.k);
       cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
       const void* vector = nullptr;
-      // Lt's GELU epilogues only where they pay (see the top): GELU_AUX for bf16.
-      activation_in_lt = g.activation == GemmActivation::gelu_tanh && g.dtype == DType::bf16;
-      if (g.activation != GemmActivation::none && !activation_in_lt) {
-        vector = g.bias;  // the bias in Lt's epilogue, the activation's kernels after it
-        epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-      } else if (g.activation == GemmActivation::gelu_tanh) {
+      if (lt_activation) {
         epilogue = g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
         vector = g.bias;
       } else if (g.bias != nullptr) {
@@ -580,15 +579,14 @@ void CudaBackend::gemm(const GemmArgs& g) {
       }
       if (lt_sizes && epilogue != CUBLASLT_EPILOGUE_DEFAULT)
         epilogue_done = lt_matmul(blas, call, epilogue, vector, workspace, stream);
-      if (!epilogue_done && !(lt_sizes && lt_matmul(blas, call, CUBLASLT_EPILOGUE_DEFAULT, nullptr, workspace,
-                                                    stream)))
+      unfused = !epilogue_done && lt_activation;  // (after the lock: it calls gemm again)
+      if (!epilogue_done && !unfused &&
+          !(lt_sizes && lt_matmul(blas, call, CUBLASLT_EPILOGUE_DEFAULT, nullptr, workspace, stream)))
         blas_gemm(blas, call, workspace, raw_stream);
     }
   }
-  if (epilogue_done) {
-    if (!activation_in_lt) gemm_activation_epilogue(*this, g);  // after Lt's bias epilogue
-    return;
-  }
+  if (unfused) return gemm_activation_unfused(*this, g);
+  if (epilogue_done) return;
 
   // The epilogue as a kernel of its own (Lt had none for the case, or there was no product).
   if (g.bias != nullptr) {  // C += bias, in place: [m, n] plus a row broadcast
@@ -596,7 +594,6 @@ void CudaBackend::gemm(const GemmArgs& g) {
     const Operand row = operand(const_cast<void*>(g.bias), g.dtype, g.device, {g.m, g.n}, {0, 1});
     binary(BinaryOp::add, out, out, row);
   }
-  gemm_activation_epilogue(*this, g);
   if (g.bias_grad != nullptr) {
     const bool of_b = g.bias_grad_of == GemmOperand::b;
     const std::int64_t len = of_b ? g.n : g.m;
