@@ -100,8 +100,9 @@ struct Operand {
 /// keep_bits: null, or the mask as bits, [B H L, attention_keep_words(S)] 32-bit words, bit
 /// j % 32 of word (row, j / 32) set iff element (row, j) is kept. CUDA's tensor-core kernels
 /// (bf16/f16, f32 with TF32) write it in the forward, where they draw the words, and read it in
-/// the backward instead of drawing them again (there it is required); words of elements no row
-/// sees (causal, past S) stay zero. The CPU and CUDA's f32/f64 kernels neither write nor read it.
+/// the backward instead of drawing them again (there it is required); bits of elements the
+/// attention masks (causal, past S) are unspecified, words of tiles the forward skips zero. The
+/// CPU and CUDA's f32/f64 kernels neither write nor read it.
 struct AttentionDropout {
   double p = 0;
   std::uint64_t seed = 0;
@@ -192,7 +193,7 @@ enum class GemmActivation : std::uint8_t { none, gelu_tanh, gelu_tanh_backward }
 ///    2016, the form GPT-2 trains with; cuBLASLt's GELU_AUX epilogue), the pre-activation
 ///    kept for the backward; gelu_tanh_backward: C = (A B) * gelu'(aux), the gradient through
 ///    the activation of the product that produced aux. A backend may run either as the product
-///    and then elementwise kernels (backend::gemm_activation_epilogue).
+///    and then elementwise kernels (backend::gemm_activation_unfused).
 /// A and B are of `dtype`; C (and bias_grad) too, unless f32_out.
 struct GemmArgs {
   DType dtype = DType::f32;

@@ -110,7 +110,9 @@ Tensor fused_mlp(const Tensor& input, const Tensor& fc_weight, const Tensor& fc_
 
   AutocastGuard off(autocast::dtype(), false);  // the casts below are the autocast ones
   const std::int64_t out_features = proj_weight.size(0);
-  Tensor x = input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
+  std::int64_t rows = 1;  // (not reshape's -1: it cannot infer a size beside a 0 dim)
+  for (std::int64_t d = 0; d + 1 < input.dim(); ++d) rows *= input.size(d);
+  Tensor x = input.dim() == 2 ? input : input.reshape({rows, input.size(-1)});
   // Recorded casts (as autocast's own): a create_graph backward reaches x and the weights
   // through them.
   const auto cast = [low](const Tensor& t) { return !t.defined() || t.dtype() == low ? t : t.to(low); };

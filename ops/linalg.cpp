@@ -126,7 +126,9 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
     const DType low = autocast::dtype();
     AutocastGuard off(low, false);
     Shape lead(input.shape().begin(), input.shape().end() - 1);
-    Tensor x = input.dim() == 2 ? input : input.reshape({-1, weight.size(1)});
+    std::int64_t rows = 1;  // (not reshape's -1: it cannot infer a size beside a 0 dim)
+    for (std::int64_t s : lead) rows *= s;
+    Tensor x = input.dim() == 2 ? input : input.reshape({rows, weight.size(1)});
     Tensor y = ops_detail::linear_autocast(x, weight, bias, low);
     lead.push_back(weight.size(0));
     return input.dim() == 2 ? y : y.view(lead);

@@ -4,6 +4,7 @@
 module;
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cuda/check.hpp"
 #include "ops/cuda/kernels.hpp"
@@ -27,6 +28,10 @@ void CudaBackend::attention_backward(const Operand& dq, const Operand& dk, const
                                      const Operand& lse, double scale, bool causal,
                                      const AttentionDropout& dropout, bool allow_tf32) {
   if (q.numel == 0 || k.numel == 0) return;
+  const bool tensor_cores = q.dtype == DType::bf16 || q.dtype == DType::f16 || (q.dtype == DType::f32 && allow_tf32);
+  if (dropout.p > 0 && tensor_cores && dropout.keep_bits == nullptr)
+    throw Error(ErrorKind::value, std::string("attention_backward: the tensor-core kernels' dropout needs the "
+                                              "forward's AttentionDropout::keep_bits (") + to_string(q.dtype) + ")");
   DeviceGuard g(dq.device);
   StreamPtr stream = current_stream(dq.device);
   const std::size_t bytes = kernels::attention_backward_workspace_bytes(q);

@@ -149,6 +149,20 @@ TEST_CASE("fused_mlp: approximate \"none\" is the composite; empty rows; errors"
   CHECK(values(w2.grad()) == std::vector<double>(10, 0.0));
   CHECK(e.grad().shape() == Shape{0, 3});
 
+  // No input features: x [2, 3, 0] gives gelu(b1) W2^T + b2 in every row, and linear under
+  // autocast takes such an input too.
+  {
+    Tensor x0 = zeros({2, 3, 0});
+    Tensor w10 = zeros({5, 0});
+    Tensor y0 = fused_mlp(x0, w10, x[2], x[3], x[4]);
+    REQUIRE(y0.shape() == Shape{2, 3, 2});
+    const Tensor row = linear(gelu(x[2], "tanh").unsqueeze(0), x[3], x[4]);
+    for (std::int64_t i = 0; i < 6; ++i)
+      testing::assert_close(y0.reshape({6, 2}).select(0, i), row.squeeze(0), close_options(Computed::math, DType::f32));
+    AutocastGuard ac(DType::bf16);
+    CHECK(linear(x0, zeros({4, 0})).shape() == Shape{2, 3, 4});
+  }
+
   auto throws = [&](const std::function<void()>& f, ErrorKind kind) {
     try {
       f();
