@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -23,6 +24,7 @@ import brrr;
 #include "tests/tensor/helpers.hpp"
 #include "tests/tolerances.hpp"
 #include "tests/ops/fused_mlp_cases.hpp"
+#include "tests/gpu/step_capture.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -104,26 +106,6 @@ TEST_CASE("gpu fused_mlp: a step under SyncPolicy::error and in a CUDA graph, eq
       g.insert(g.begin(), y);
       return g;
     };
-    cuda::synchronize();
-    std::vector<Tensor> eager;
-    const std::uint64_t syncs = cuda::sync_count();
-    {
-      cuda::SyncPolicyGuard policy(cuda::SyncPolicy::error);
-      eager = step();
-    }
-    CHECK(cuda::sync_count() == syncs);
-    std::vector<Tensor> captured;
-    cuda::Graph graph;
-    graph.capture([&] { captured = step(); });
-    CHECK(graph.num_nodes() > 0);
-    for (int replay = 0; replay < 2; ++replay) {
-      graph.replay();
-      INFO("replay ", replay);
-      REQUIRE(captured.size() == eager.size());
-      for (std::size_t i = 0; i < eager.size(); ++i) {
-        INFO("output ", i);
-        CHECK(values(captured[i]) == values(eager[i]));
-      }
-    }
+    check_step_capture(step, 2);
   }
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -21,6 +22,7 @@ import brrr;
 #include "tests/tensor/helpers.hpp"
 #include "tests/tolerances.hpp"
 #include "tests/ops/matmul_reference.hpp"
+#include "tests/gpu/step_capture.hpp"
 
 using namespace brrr;
 using namespace test;
@@ -354,27 +356,7 @@ TEST_CASE("gpu addmm with a bias: an MLP step under SyncPolicy::error and in a C
       g.insert(g.begin(), y);
       return g;
     };
-    cuda::synchronize();
-    std::vector<Tensor> eager;
-    const std::uint64_t syncs = cuda::sync_count();
-    {
-      cuda::SyncPolicyGuard policy(cuda::SyncPolicy::error);
-      eager = step();
-    }
-    CHECK(cuda::sync_count() == syncs);
-    std::vector<Tensor> captured;
-    cuda::Graph graph;
-    graph.capture([&] { captured = step(); });
-    CHECK(graph.num_nodes() > 0);
-    for (int replay = 0; replay < 3; ++replay) {
-      graph.replay();
-      INFO("replay ", replay);
-      REQUIRE(captured.size() == eager.size());
-      for (std::size_t i = 0; i < eager.size(); ++i) {
-        INFO("output ", i);
-        CHECK(values(captured[i]) == values(eager[i]));
-      }
-    }
+    const std::vector<Tensor> eager = check_step_capture(step, 3);
     // and eager after the capture still agrees (the capture left the plans as they were)
     std::vector<Tensor> again = step();
     for (std::size_t i = 0; i < eager.size(); ++i) CHECK(values(again[i]) == values(eager[i]));
