@@ -34,7 +34,8 @@
 //     the pre-activation there and GELU (cuBLASLt's is the tanh form) into D. Used for bf16
 //     only, where it pays; everywhere else, and without a Lt kernel (aux's ld must be a
 //     multiple of 8), gemm_activation_unfused: the product (and bias) into aux, then GELU
-//     into C (the backward: the product into C, then C times GELU's derivative). Measured on the H200 at the GPT's MLP (16384 x 384 -> 1536, docs/benchmarks.md):
+//     into C (the backward: the product into C, then C times GELU's derivative). Measured
+//     on the H200 at the GPT's MLP (16384 x 384 -> 1536, docs/benchmarks.md):
 //     bf16 GELU_AUX is one nvjet kernel, 49.5 us against 34.9 + 36.6 for the GEMM and our
 //     GELU; bf16 DGELU runs an xmma kernel, 84.8 us against 34.8 + 47.5 (not used); for f32
 //     (TF32) Lt runs both as a separate epilogue kernel after the GEMM, 80.6 and 212 us against
