@@ -103,7 +103,7 @@ std::string encode_utf8(std::uint32_t cp) {
 
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "gpt: cannot read " + p.string());
+  if (!in) throw Error(ErrorKind::io, "cannot read " + p.string());
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -114,7 +114,7 @@ std::string read_file(const std::filesystem::path& p) {
 std::string fortunes_corpus() {
   const std::filesystem::path dir = "/usr/share/games/fortunes";
   if (!std::filesystem::is_directory(dir))
-    throw Error(ErrorKind::io, "gpt: no " + dir.string() + " (install Debian's fortunes package: tools/setup), or pass --text FILE");
+    throw Error(ErrorKind::io, "no " + dir.string() + " (install Debian's fortunes package: tools/setup), or pass --text FILE");
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const auto ext = e.path().extension();
@@ -355,7 +355,12 @@ std::vector<std::int64_t> generate(const nn::Module& m, GptImpl& model, std::vec
     const std::int64_t t = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), model.block_size);
     std::vector<std::int64_t> window(tokens.end() - t, tokens.end());
     Tensor idx = Tensor::from_vector(window, {1, t}).to(dev);
-    Tensor logits = div(model.forward(idx).select(1, t - 1), temperature);  // [1, vocab]
+    Tensor logits = model.forward(idx).select(1, t - 1);  // [1, vocab]
+    if (temperature == 0) {  // the limit of T -> 0: the likeliest character
+      tokens.push_back(argmax(logits, -1).item<std::int64_t>());
+      continue;
+    }
+    logits = div(logits, temperature);
     if (top_k > 0 && top_k < logits.size(-1)) {
       Tensor kth = topk(logits, top_k, -1).values.narrow(-1, top_k - 1, 1);
       logits = masked_fill(logits, lt(logits, kth), -std::numeric_limits<double>::infinity());
@@ -386,24 +391,51 @@ int main(int argc, char** argv) {
   app.add_option("--device", cfg.device, "auto, cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--text", cfg.text, "a UTF-8 text file (default: the fortunes package's files)");
   app.add_flag("--tiny", cfg.tiny, "a small configuration for a CPU: 2 layers, 2 heads, 64 wide, block 64, batch 16, 300 iters");
-  app.add_option("--iters", cfg.iters, "training steps (0: no training, e.g. to sample from --resume)")->capture_default_str();
-  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->capture_default_str();
-  app.add_option("--block-size", cfg.block_size, "context length")->capture_default_str();
-  app.add_option("--n-layer", cfg.n_layer, "transformer blocks")->capture_default_str();
-  app.add_option("--n-head", cfg.n_head, "attention heads")->capture_default_str();
-  app.add_option("--n-embd", cfg.n_embd, "model width")->capture_default_str();
-  app.add_option("--dropout", cfg.dropout, "dropout probability")->capture_default_str();
-  app.add_option("--lr", cfg.lr, "peak learning rate")->capture_default_str();
-  app.add_option("--eval-every", cfg.eval_every, "steps between train/validation estimates")->capture_default_str();
-  app.add_option("--eval-iters", cfg.eval_iters, "batches per estimate")->capture_default_str();
+  // Sizes and counts are checked here, so that a 0 or a negative is a usage error, not a
+  // division by zero, NaN losses or a silent no-op later.
+  const auto at_least = [](double lo, const char* what) {
+    return CLI::Validator(
+        [lo, what](std::string& v) -> std::string {
+          double x = 0;
+          try {
+            x = std::stod(v);
+          } catch (const std::exception&) {
+            return "must be a number " + std::string(what) + ", got " + v;
+          }
+          return x >= lo ? std::string() : "must be " + std::string(what) + ", got " + v;
+        },
+        what);
+  };
+  const CLI::Validator positive = at_least(1, ">= 1"), non_negative = at_least(0, ">= 0");
+  app.add_option("--iters", cfg.iters, "training steps (0: no training, e.g. to sample from --resume)")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->check(positive)->capture_default_str();
+  app.add_option("--block-size", cfg.block_size, "context length")->check(positive)->capture_default_str();
+  app.add_option("--n-layer", cfg.n_layer, "transformer blocks")->check(non_negative)->capture_default_str();
+  app.add_option("--n-head", cfg.n_head, "attention heads")->check(positive)->capture_default_str();
+  app.add_option("--n-embd", cfg.n_embd, "model width")->check(positive)->capture_default_str();
+  app.add_option("--dropout", cfg.dropout, "dropout probability")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--lr", cfg.lr, "peak learning rate")->check(non_negative)->capture_default_str();
+  app.add_option("--eval-every", cfg.eval_every, "steps between train/validation estimates")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--eval-iters", cfg.eval_iters, "batches per estimate")->check(positive)->capture_default_str();
   app.add_option("--log-every", cfg.log_every, "steps between progress updates (each reads the loss: one sync)")
+      ->check(positive)
       ->capture_default_str();
   app.add_option("--csv", cfg.csv, "write step,train_loss,val_loss,lr,tokens_per_s rows to FILE");
   app.add_option("--save", cfg.save, "write the weights to FILE.safetensors (nanoGPT's names) after training");
   app.add_option("--resume", cfg.resume, "start from the weights (and vocabulary) of FILE.safetensors");
-  app.add_option("--sample", cfg.sample, "characters to generate after training")->capture_default_str();
-  app.add_option("--temperature", cfg.temperature, "sampling temperature")->capture_default_str();
-  app.add_option("--top-k", cfg.top_k, "sample among the k likeliest characters (0: all)")->capture_default_str();
+  app.add_option("--sample", cfg.sample, "characters to generate after training")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--temperature", cfg.temperature, "sampling temperature (0: greedy, the likeliest character)")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--top-k", cfg.top_k, "sample among the k likeliest characters (0: all)")
+      ->check(non_negative)
+      ->capture_default_str();
   app.add_flag("--expect-progress", cfg.expect_progress,
                "exit with 1 unless the last train-loss estimate is below the first (a smoke test)");
   app.add_option("--seed", cfg.seed, "seed of weights, dropout, batches and sampling")->capture_default_str();
@@ -441,10 +473,15 @@ int main(int argc, char** argv) {
     set("--lr", cfg.lr, 3e-3);
   }
   try {
-    if (cfg.n_embd % cfg.n_head != 0) throw Error(ErrorKind::value, "gpt: --n-embd must be a multiple of --n-head");
+    if (cfg.n_embd % cfg.n_head != 0) throw Error(ErrorKind::value, "--n-embd must be a multiple of --n-head");
     Device dev = cfg.device == "auto" ? (cuda::is_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(cfg.device);
     if (cfg.graph && !cfg.offsets_out.empty())
-      throw Error(ErrorKind::value, "gpt: --offsets-out reads each step's offsets, which a --graph replay keeps on the device");
+      throw Error(ErrorKind::value, "--offsets-out reads each step's offsets, which a --graph replay keeps on the device");
+    for (const std::string& out : {cfg.save, cfg.csv, cfg.offsets_out}) {  // before training, not after it
+      const std::filesystem::path dir = std::filesystem::path(out).parent_path();
+      if (!out.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
+        throw Error(ErrorKind::io, "cannot write " + out + ": no directory " + dir.string());
+    }
     if (cfg.graph && !dev.is_cuda())
       throw Error(ErrorKind::device, "--graph: CUDA graphs need a CUDA device, the run is on " + dev.str());
     manual_seed(cfg.seed);
@@ -454,7 +491,7 @@ int main(int argc, char** argv) {
     if (!cfg.resume.empty()) {
       resumed = io::load_safetensors(cfg.resume);
       auto meta = io::safetensors_metadata(cfg.resume);
-      if (!meta.count("vocab")) throw Error(ErrorKind::io, "gpt: " + cfg.resume + " has no vocab metadata");
+      if (!meta.count("vocab")) throw Error(ErrorKind::io, cfg.resume + " has no vocab metadata");
       vocab_text = meta.at("vocab");
     }
     std::vector<std::uint32_t> corpus;
@@ -478,12 +515,12 @@ int main(int argc, char** argv) {
       ids.reserve(corpus.size());
       for (auto cp : corpus) {
         auto it = vocab.index.find(cp);
-        if (it == vocab.index.end()) throw Error(ErrorKind::value, "gpt: the text has a character outside the checkpoint's vocabulary");
+        if (it == vocab.index.end()) throw Error(ErrorKind::value, "the text has a character outside the checkpoint's vocabulary");
         ids.push_back(it->second);
       }
       const auto n_train = static_cast<std::int64_t>(0.9 * static_cast<double>(ids.size()));
       if (n_train <= cfg.block_size + 1 || static_cast<std::int64_t>(ids.size()) - n_train <= cfg.block_size + 1)
-        throw Error(ErrorKind::value, "gpt: the text is too short for block size " + std::to_string(cfg.block_size));
+        throw Error(ErrorKind::value, "the text is too short for block size " + std::to_string(cfg.block_size));
       Tensor all = Tensor::from_vector(ids, {static_cast<std::int64_t>(ids.size())}).to(dev);
       Tensor train = all.narrow(0, 0, n_train), val = all.narrow(0, n_train, all.size(0) - n_train);
       std::printf("corpus: %zu characters (%lld train, %lld validation)\n", ids.size(), static_cast<long long>(n_train),
@@ -497,7 +534,7 @@ int main(int argc, char** argv) {
       const std::vector<Tensor> params = handle.parameters();
 
       std::FILE* csv = cfg.csv.empty() ? nullptr : std::fopen(cfg.csv.c_str(), "w");
-      if (!cfg.csv.empty() && !csv) throw Error(ErrorKind::io, "gpt: cannot write " + cfg.csv);
+      if (!cfg.csv.empty() && !csv) throw Error(ErrorKind::io, "cannot write " + cfg.csv);
       if (csv) std::fprintf(csv, "step,train_loss,val_loss,lr,tokens_per_s\n");
       using clock = std::chrono::steady_clock;
       auto t0 = clock::now();
@@ -508,7 +545,7 @@ int main(int argc, char** argv) {
       std::ofstream offsets_file;
       if (!cfg.offsets_out.empty()) {
         offsets_file.open(cfg.offsets_out, std::ios::binary);
-        if (!offsets_file) throw Error(ErrorKind::io, "gpt: cannot write " + cfg.offsets_out);
+        if (!offsets_file) throw Error(ErrorKind::io, "cannot write " + cfg.offsets_out);
       }
       Tensor offsets;
       auto train_step = [&]() -> std::vector<Tensor> {
@@ -551,7 +588,7 @@ int main(int argc, char** argv) {
         if (offsets_file.is_open()) {  // one host read per step: only when asked for
           const std::vector<std::int64_t> o = offsets.to_host<std::int64_t>();
           offsets_file.write(reinterpret_cast<const char*>(o.data()), static_cast<std::streamsize>(o.size() * sizeof(o[0])));
-          if (!offsets_file) throw Error(ErrorKind::io, "gpt: cannot write " + cfg.offsets_out);
+          if (!offsets_file) throw Error(ErrorKind::io, "cannot write " + cfg.offsets_out);
         }
         tokens_since += cfg.batch_size * cfg.block_size;
         if ((it + 1) % cfg.log_every == 0) {
