@@ -936,10 +936,12 @@ struct SdpaOptions {
 /// inputs of one [B, H] with E == Ev <= 128, no attn_mask and dropout_p < 1 run the fused
 /// kernel (scaled_dot_product_flash_attention, its dropout the same mask as the composite's
 /// from the same generator state); everything else, and every CPU call, is the composite of
-/// matmul, softmax and dropout (the reference). Errors: Error(shape) for ranks
-/// < 2, mismatched E/S dims or a mask that does not broadcast, Error(dtype) for mixed or
-/// non-floating q/k/v and integer masks, Error(value) for dropout_p outside [0, 1] or a mask
-/// with is_causal.
+/// matmul, softmax and dropout (the reference). E == 0 gives scores of 0 (uniform weights, the
+/// mean of v), S == 0 rows of 0. Errors: Error(shape) for ranks < 2, mismatched E/S dims,
+/// batch dims of q, k, v that do not broadcast, or a mask that does not broadcast to the
+/// weights' shape [..., L, S] (a mask is never broadcast beyond it, as PyTorch adds it in
+/// place), Error(dtype) for mixed or non-floating q/k/v and integer masks, Error(value) for
+/// dropout_p outside [0, 1], a NaN or infinite scale, or a mask with is_causal.
 [[nodiscard]] Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                   SdpaOptions options = {});
 /// The fused attention of FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with
@@ -955,7 +957,8 @@ struct SdpaOptions {
 /// the uniform rand() gives element ((b H + h) L + i) S + j of [B, H, L, S] is >= p (f32
 /// uniforms; f64 for f64), O = (P o keep / (1 - p)) V; the generator advances as that rand
 /// would, and backward regenerates the mask (docs/ops.md, Attention). An attn_mask is
-/// Error(value).
+/// Error(value), as is a NaN or infinite scale. An empty output (B, H or L of 0) still records
+/// the node: k and v get zero gradients.
 [[nodiscard]] Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                         SdpaOptions options = {});
 /// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed

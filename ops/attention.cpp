@@ -55,7 +55,38 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
                                       to_string(q.shape()) + ", " + to_string(k.shape()) + ", " + to_string(v.shape()));
 }
 
-double scale_of(const Tensor& q, const SdpaOptions& o) {
+// The shape [..., L, S] of the attention weights q k^T, after checking that the batch dims (those
+// before [L, E]) of q, k and v broadcast: a mismatch names this op and the three shapes rather
+// than the composite's matmul.
+Shape weights_shape(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto batch = [](const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
+  const auto merge = [&](const Shape& a, const Shape& b) {
+    const std::size_t n = std::max(a.size(), b.size());
+    Shape out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t x = i + a.size() < n ? 1 : a[i + a.size() - n];
+      const std::int64_t y = i + b.size() < n ? 1 : b[i + b.size() - n];
+      if (x != y && x != 1 && y != 1)
+        throw Error(ErrorKind::shape, std::string(op) + ": the batch dims of query, key and value do not broadcast, got " +
+                                          to_string(q.shape()) + ", " + to_string(k.shape()) + ", " + to_string(v.shape()));
+      out[i] = x == 1 ? y : x;
+    }
+    return out;
+  };
+  Shape shape = merge(batch(q), batch(k));
+  (void)merge(shape, batch(v));
+  shape.push_back(q.size(-2));
+  shape.push_back(k.size(-2));
+  return shape;
+}
+
+// The scale of q k^T. A NaN or infinite scale is refused: it can only give NaN weights (PyTorch
+// takes it and returns NaN). With E == 0 the scores are all 0 whatever the scale, and the
+// default 1 / sqrt(0) = inf would turn them into 0 * inf = NaN: PyTorch scales q and k by
+// sqrt(scale) before their (empty) product and so gets 0 scores, uniform weights, the mean of v.
+double scale_of(const char* op, const Tensor& q, const SdpaOptions& o) {
+  if (o.scale && !std::isfinite(*o.scale)) throw Error::bad_value(op, "scale", *o.scale, "finite");
+  if (q.size(-1) == 0) return 1.0;
   return o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
@@ -158,6 +189,10 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
   const Tensor q = c.saved(0), k = c.saved(1), v = c.saved(2);
   Tensor g = c.grad();
   if (!g.defined()) return {Tensor(), Tensor(), Tensor()};
+  if (c.saved(3).numel() == 0) {  // no output element: no kernel ran; k and v (S > 0) get zeros
+    const auto zero = [](const Tensor& t) { return zeros(t.shape(), {.dtype = t.dtype(), .device = t.device()}); };
+    return {zero(q), zero(k), zero(v)};
+  }
   if (autograd::is_grad_enabled()) {
     // create_graph: the same gradients as recorded ops of q, k, v.
     Tensor pr = probabilities(q, k, p.scale, p.causal);
@@ -213,7 +248,7 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
     throw Error(ErrorKind::shape, std::string(flash) + ": needs 1 <= D <= 128 and S >= 1, got query " +
                                       to_string(query.shape()) + " and key " + to_string(key.shape()));
   const Device dev = query.device();
-  FlashParams params{scale_of(query, options), options.is_causal, {}, allow_tf32()};
+  FlashParams params{scale_of(flash, query, options), options.is_causal, {}, allow_tf32()};
   const bool needs_grad = autograd::any_requires_grad({query, key, value});
   Tensor q, k, v, out, lse, keep;
   {
@@ -242,7 +277,9 @@ Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key
                                                   params.dropout, params.allow_tf32);
   }
   params.dropout.keep_bits = nullptr;  // the backward takes the saved tensor's
-  if (needs_grad && out.numel() > 0)
+  // Recorded when empty too (B, H or L of 0), so that the output requires grad as its inputs
+  // do; flash_rule gives zeros then (the kernels never ran).
+  if (needs_grad)
     autograd::record("ScaledDotProductFlashAttentionBackward", {query, key, value}, {out},
                      {query, key, value, out, lse, keep},
                      [params](const autograd::Backward& c) { return flash_rule(c, params); });
@@ -257,14 +294,27 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   const Tensor& mask = options.attn_mask;
   if (!(options.dropout_p >= 0 && options.dropout_p <= 1))
     throw Error::bad_value(sdpa, "dropout_p", options.dropout_p, "in [0, 1]");
+  const double scale = scale_of(sdpa, query, options);
   const std::int64_t l = query.size(-2), s = key.size(-2);
+  const Shape weights_dims = weights_shape(sdpa, query, key, value);
   if (mask.defined()) {
     common_device(sdpa, {query, mask});
     if (options.is_causal)
       throw Error(ErrorKind::value, std::string(sdpa) + ": attn_mask and is_causal cannot both be set");
     if (mask.dtype() != DType::boolean && !is_floating_point(mask.dtype()))
       throw Error::dtype_not_supported(sdpa, "attn_mask must be bool or floating", mask);
-    (void)broadcast_shapes(mask.shape(), {l, s}, sdpa);
+    // The mask broadcasts *to* the weights (PyTorch adds it in place): a larger mask would
+    // silently add batch dims to the output.
+    bool fits = mask.dim() <= static_cast<std::int64_t>(weights_dims.size());
+    for (std::int64_t i = 1; fits && i <= mask.dim(); ++i) {
+      const std::int64_t m = mask.size(-i), w = weights_dims[weights_dims.size() - static_cast<std::size_t>(i)];
+      fits = m == w || m == 1;
+    }
+    if (!fits)
+      throw Error(ErrorKind::shape, std::string(sdpa) + ": attn_mask " + to_string(mask.shape()) +
+                                        " does not broadcast to the attention weights' shape " +
+                                        to_string(weights_dims) + " (query " + to_string(query.shape()) + ", key " +
+                                        to_string(key.shape()) + ")");
   }
   const bool fused = query.device().is_cuda() && query.dtype() != DType::f64 && !mask.defined() &&
                      options.dropout_p < 1 && query.dim() == 4 && key.dim() == 4 && value.dim() == 4 &&
@@ -273,14 +323,15 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                      value.size(3) == query.size(3) && query.size(3) >= 1 && query.size(3) <= 128 && s >= 1;
   if (fused) return scaled_dot_product_flash_attention(query, key, value, options);
 
-  Tensor scores = mul(matmul(query, key.transpose(-2, -1)), scale_of(query, options));  // [..., L, S]
+  Tensor scores = mul(matmul(query, key.transpose(-2, -1)), scale);  // [..., L, S]
   if (options.is_causal) scores = masked_fill(scores, future_mask(l, s, query.device()), neg_inf);
   Tensor dead;  // rows with no key left: PyTorch's safe softmax gives them weights 0
   if (mask.defined()) {
     if (mask.dtype() == DType::boolean) scores = masked_fill(scores, logical_not(mask), neg_inf);
     else scores = add(scores, mask.dtype() == query.dtype() ? mask : mask.to(query.dtype()));
     NoGradGuard no_grad;
-    dead = eq(amax(scores, {-1}, true), neg_inf);
+    // (S == 0: no keys at all, so no max to take; the empty product below gives the 0 rows.)
+    if (s > 0) dead = eq(amax(scores, {-1}, true), neg_inf);
   }
   // A dead row's scores become 0 before softmax (finite gradients) and its weights 0 after.
   Tensor weights = dead.defined() ? masked_fill(softmax(masked_fill(scores, dead, 0.0), -1), dead, 0.0)

@@ -6,7 +6,8 @@
 // derivatives through the fused op; dropout reproducible from the seed, and the fused op's
 // dropout (the same mask as the composite's from one seed, its gradients and second
 // derivatives, the generator's state afterwards); PyTorch fixtures
-// (tests/ops/fixtures/make_attention_fixtures.py); errors.
+// (tests/ops/fixtures/make_attention_fixtures.py); errors; edge shapes (E = 0, S = 0, empty
+// fused outputs), masks that do not broadcast to the weights, batch dims, non-finite scales.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -358,4 +359,96 @@ TEST_CASE("sdpa errors") {
                                                       randn({1, 1, 2, 129})),
                    ErrorKind::shape, "D <= 128");
   CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(q, k, randn({1, 2, 5, 3})), ErrorKind::shape, "[B, H, S, D]");
+}
+
+TEST_CASE("sdpa edge shapes: E = 0 gives the mean of v, S = 0 gives zeros (with any mask), gradients") {
+  FRESH_SEED();
+  // E == 0: every score is 0 (PyTorch scales q and k by sqrt(scale) before their empty product),
+  // so the weights are uniform, not 0 * (1 / sqrt(0)) = NaN.
+  Tensor v = randn64({2, 5, 3}).requires_grad_();
+  Tensor qe = zeros({2, 4, 0}, {.dtype = DType::f64}).requires_grad_(), ke = zeros({2, 5, 0}, {.dtype = DType::f64});
+  for (SdpaOptions o : {SdpaOptions{}, SdpaOptions{.scale = 3.0}, SdpaOptions{.is_causal = true}}) {
+    v.set_grad(Tensor());
+    Tensor y = scaled_dot_product_attention(qe, ke, v, o);
+    REQUIRE(y.shape() == Shape{2, 4, 3});
+    Tensor want = o.is_causal ? div(cumsum(v.detach(), 1).narrow(1, 0, 4),
+                                    arange(1, 5, 1, {.dtype = DType::f64}).view({1, 4, 1}))  // keys 0..i
+                              : mean(v.detach(), {1}, true).expand({2, 4, 3});
+    testing::assert_close(y, want, tight());
+    y.sum().backward();
+    // d sum / d v_j = the total weight key j gets: 4 / 5 for each without causal.
+    if (!o.is_causal) testing::assert_close(v.grad(), full({2, 5, 3}, 0.8, {.dtype = DType::f64}), tight());
+    CHECK(all(isfinite(v.grad())).item<bool>());
+    CHECK(qe.grad().shape() == Shape{2, 4, 0});
+  }
+  // S == 0: no keys, every row 0 (no max over an empty row is taken for the mask); zero gradients.
+  Tensor q = randn64({2, 3, 4}).requires_grad_();
+  Tensor k0 = zeros({2, 0, 4}, {.dtype = DType::f64}), v0 = zeros({2, 0, 6}, {.dtype = DType::f64});
+  const std::vector<SdpaOptions> options = {
+      {}, {.is_causal = true}, {.attn_mask = ones({3, 0}, {.dtype = DType::boolean})},
+      {.attn_mask = zeros({2, 3, 0}, {.dtype = DType::f64})}, {.dropout_p = 0.5}};
+  for (const SdpaOptions& o : options) {
+    q.set_grad(Tensor());
+    Tensor y = scaled_dot_product_attention(q, k0, v0, o);
+    testing::assert_close(y, zeros({2, 3, 6}, {.dtype = DType::f64}), tight());
+    y.sum().backward();
+    testing::assert_close(q.grad(), zeros({2, 3, 4}, {.dtype = DType::f64}), tight());
+  }
+}
+
+TEST_CASE("sdpa masks broadcast to the weights, not beyond; batch dims broadcast; scale") {
+  FRESH_SEED();
+  Tensor q = randn64({1, 2, 3, 4}), k = randn64({1, 2, 5, 4}), v = randn64({1, 2, 5, 4});
+  // A mask larger than the weights [1, 2, 3, 5] used to add its dims to the output ([5, 2, 3, 4]);
+  // PyTorch adds the mask in place and refuses it.
+  for (Shape bad : {Shape{5, 2, 3, 5}, Shape{1, 1, 1, 3, 5}, Shape{3, 1, 3, 5}, Shape{4, 3, 5}}) {
+    INFO("mask ", to_string(bad));
+    CHECK_BRRR_ERROR(scaled_dot_product_attention(q, k, v, {.attn_mask = ones(bad, {.dtype = DType::boolean})}),
+                     ErrorKind::shape, "scaled_dot_product_attention", "attn_mask", to_string(bad), "[1, 2, 3, 5]");
+    CHECK_BRRR_ERROR(scaled_dot_product_attention(q, k, v, {.attn_mask = zeros(bad, {.dtype = DType::f64})}),
+                     ErrorKind::shape, "attn_mask", to_string(bad));
+  }
+  // Broadcast batch dims (PyTorch's math path, matmul's rule): q's batch 1 against k's 2, and a
+  // mask of the weights' full shape [2, 3, 5].
+  Tensor q1 = randn64({1, 3, 4}), k2 = randn64({2, 5, 4}), v2 = randn64({2, 5, 2});
+  Tensor mask = randn64({2, 3, 5});
+  Tensor y = scaled_dot_product_attention(q1, k2, v2, {.attn_mask = mask});
+  testing::assert_close(y, reference(q1.expand({2, 3, 4}), k2, v2, {.attn_mask = mask}), tight());
+  // Batch dims that do not broadcast name this op and all three shapes (not matmul's two).
+  CHECK_BRRR_ERROR(scaled_dot_product_attention(randn64({2, 3, 4}), randn64({3, 5, 4}), randn64({3, 5, 4})),
+                   ErrorKind::shape, "scaled_dot_product_attention", "batch dims", "[2, 3, 4]", "[3, 5, 4]");
+  CHECK_BRRR_ERROR(scaled_dot_product_attention(randn64({2, 3, 4}), randn64({2, 5, 4}), randn64({3, 5, 4})),
+                   ErrorKind::shape, "scaled_dot_product_attention", "batch dims", "[2, 5, 4]", "[3, 5, 4]");
+  // Scale: NaN and infinity only ever give NaN weights: refused by both ops; 0 gives uniform
+  // weights; a negative one is taken as given.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (double bad : {nan, inf, -inf}) {
+    CHECK_BRRR_ERROR(scaled_dot_product_attention(q, k, v, {.scale = bad}), ErrorKind::value,
+                     "scaled_dot_product_attention", "scale");
+    CHECK_BRRR_ERROR(scaled_dot_product_flash_attention(q, k, v, {.scale = bad}), ErrorKind::value,
+                     "scaled_dot_product_flash_attention", "scale");
+  }
+  testing::assert_close(scaled_dot_product_attention(q, k, v, {.scale = 0.0}),
+                        mean(v, {2}, true).expand({1, 2, 3, 4}), tight());
+  for (bool causal : {false, true}) {
+    const SdpaOptions o{.is_causal = causal, .scale = -0.8};
+    testing::assert_close(scaled_dot_product_attention(q, k, v, o), reference(q, k, v, o), tight());
+    testing::assert_close(scaled_dot_product_flash_attention(q, k, v, o), reference(q, k, v, o), tight());
+  }
+}
+
+TEST_CASE("flash attention with an empty output (B, H or L of 0) still records: zero gradients") {
+  FRESH_SEED();
+  for (Shape qs : {Shape{1, 2, 0, 4}, Shape{0, 2, 3, 4}, Shape{1, 0, 3, 4}}) {
+    INFO("query ", to_string(qs));
+    Shape ks{qs[0], qs[1], 5, 4};
+    Tensor q = randn64(qs).requires_grad_(), k = randn64(ks).requires_grad_(), v = randn64(ks).requires_grad_();
+    Tensor y = scaled_dot_product_flash_attention(q, k, v, {.dropout_p = 0.3, .is_causal = true});
+    CHECK(y.shape() == qs);
+    REQUIRE(y.requires_grad());  // was a tensor without history: backward threw
+    y.sum().backward();
+    CHECK(q.grad().shape() == qs);
+    testing::assert_close(k.grad(), zeros(ks, {.dtype = DType::f64}), tight());
+    testing::assert_close(v.grad(), zeros(ks, {.dtype = DType::f64}), tight());
+  }
 }
