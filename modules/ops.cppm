@@ -485,7 +485,9 @@ struct UniqueResult {
 /// num_samples category indices (i64) per row of non-negative weights [k] or [rows, k]:
 /// with replacement by inversion of the cumulative weights at rand() points; without by the
 /// exponential race (top num_samples of w / E, E ~ Exp(1), Efraimidis & Spirakis 2006, as
-/// PyTorch). Draws come from the seeded Philox stream: a seed gives the same samples on CPU
+/// PyTorch; a zero weight ranks below every positive one, even where E is 0). Each row is
+/// first divided by its largest weight, so weights up to the float maximum keep their
+/// proportions. Draws come from the seeded Philox stream: a seed gives the same samples on CPU
 /// and GPU. Weights are checked (finite, >= 0, a positive one per row, enough for the
 /// samples without replacement) on the CPU only: on CUDA that would be a host sync.
 [[nodiscard]] Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replacement = false);

@@ -98,6 +98,15 @@ Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replaceme
       throw Error(ErrorKind::value, "multinomial: fewer categories with positive weight than samples without replacement");
   }
   const std::int64_t rows = w.size(0);
+  // Each row over its largest weight (in (0, 1] then): the distribution is the same, and sums
+  // and quotients of large weights cannot overflow (f32 weights of 3e38 summed to inf, and
+  // every draw then took the last category, whatever its weight).
+  // Zero weights, for the race below: taken before the division, which may flush tiny ones to 0.
+  const Tensor zero_weight = replacement ? Tensor() : le(w, 0.0);
+  {
+    Tensor peak = amax(w, {1}, true);
+    w = div(w, masked_fill(peak, le(peak, 0.0), 1.0));  // an all-zero row (unchecked on CUDA) stays 0
+  }
   Tensor samples;
   if (replacement) {
     // Inversion: the first category whose cumulative weight exceeds u * total.
@@ -107,8 +116,12 @@ Tensor multinomial(const Tensor& input, std::int64_t num_samples, bool replaceme
     samples = clamp_max(searchsorted(cdf, u, false, true), static_cast<double>(k - 1));
   } else {
     // Exponential race (Efraimidis & Spirakis 2006, as PyTorch): the k largest w / E, E ~ Exp(1).
+    // E is 0 when the uniform is exactly 0 (one draw in 2^24 in f32): w / E is then +inf for a
+    // positive weight (fine: it wins) but NaN for a zero weight, which topk ranks above every
+    // number. So a zero weight takes -1 instead, below every positive weight's key.
     Tensor e = neg(log1p(neg(uniforms({rows, k}, acc, dev))));
-    samples = topk(div(w, e), num_samples, 1, true, true).indices;
+    Tensor key = masked_fill(div(w, e), zero_weight, -1.0);
+    samples = topk(key, num_samples, 1, true, true).indices;
   }
   return input.dim() == 1 ? samples.squeeze(0) : samples;
 }

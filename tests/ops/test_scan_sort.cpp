@@ -2,7 +2,8 @@
 // of tests/ops/make_scan_sort_fixtures.py), NaN / inf / -0.0 / tie orders, every dtype for
 // sort and cumsum, non-contiguous inputs and dims, gradcheck (cumprod with zeros included),
 // data-dependent unique/bincount, searchsorted, and the samplers: reproducible under a seed,
-// statistics within bounds, multinomial without replacement never repeating a category.
+// statistics within bounds, multinomial without replacement never repeating a category nor
+// drawing a zero weight (at a uniform of exactly 0 too), weights near the float maximum.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -226,4 +227,52 @@ TEST_CASE("samplers: reproducible under a seed, with the right statistics") {
   CHECK_BRRR_ERROR(multinomial(w, 4, false), ErrorKind::value, "multinomial");
   CHECK_BRRR_ERROR(multinomial(w, 5, false), ErrorKind::value, "multinomial");
   CHECK_BRRR_ERROR(multinomial(Tensor::from_vector(V{1, -1}), 1, true), ErrorKind::value, "multinomial");
+}
+
+TEST_CASE("multinomial: a zero weight is never drawn, even at a uniform of exactly 0") {
+  // Without replacement the key of category j is w_j / E_j with E_j = -log(1 - u_j); a uniform
+  // of exactly 0 (one f32 draw in 2^24) made E_j = 0 and a zero weight's key 0 / 0 = NaN, which
+  // topk ranks above every number: that category was drawn first. Seed 2300 puts such a uniform
+  // at element 7687 of the first draw, (60, 7) of a [64, 128] weight matrix.
+  constexpr std::uint64_t seed = 2300;
+  manual_seed(seed);
+  REQUIRE(rand({64, 128}).select(0, 60).select(0, 7).item<float>() == 0.0f);  // the premise
+  Tensor w = ones({64, 128});
+  w.select(0, 60).select(0, 7).fill_(0.0);
+  for (std::int64_t n : {std::int64_t(1), std::int64_t(127)}) {
+    INFO("num_samples ", n);
+    manual_seed(seed);
+    const std::vector<double> row = test::values(multinomial(w, n, false).select(0, 60));
+    CHECK(std::find(row.begin(), row.end(), 7.0) == row.end());
+    CHECK(std::set<double>(row.begin(), row.end()).size() == static_cast<std::size_t>(n));
+  }
+  // A weight too small to survive the division by its row's largest is still positive: drawn
+  // before a zero one when every positive weight is needed.
+  Tensor tiny = Tensor::from_vector(std::vector<float>{3e38f, 0.0f, 1e-45f});
+  for (int rep = 0; rep < 20; ++rep) {
+    const std::vector<double> pick = test::values(multinomial(tiny, 2, false));
+    CHECK(pick == V{0, 2});
+  }
+}
+
+TEST_CASE("multinomial: weights near the float maximum keep their proportions; no rows") {
+  FRESH_SEED();
+  // Summed in f32 these overflowed to inf: every draw with replacement took the last category
+  // (weight 1 of 6e38), and keys w / E of infinity made the race favour the first index.
+  Tensor w = Tensor::from_vector(std::vector<float>{3e38f, 3e38f, 1.0f});
+  const std::vector<double> with = test::values(bincount(multinomial(w, 20000, true), {}, 3));
+  CHECK(with[2] == 0);
+  CHECK(std::abs(with[0] / 20000 - 0.5) < 0.02);
+  Tensor w2 = Tensor::from_vector(std::vector<float>{3e38f, 1e38f});
+  const std::vector<double> first =
+      test::values(bincount(multinomial(w2.expand({20000, 2}).contiguous(), 1, false).reshape({-1}), {}, 2));
+  CHECK(std::abs(first[0] / 20000 - 0.75) < 0.02);
+  // No rows: no samples, either way.
+  CHECK(multinomial(ones({0, 3}), 2, false).shape() == Shape{0, 2});
+  CHECK(multinomial(ones({0, 3}), 5, true).shape() == Shape{0, 5});
+  CHECK_BRRR_ERROR(multinomial(ones({2, 0}), 1), ErrorKind::shape, "multinomial", "no categories");
+  CHECK_BRRR_ERROR(multinomial(ones({}), 1), ErrorKind::shape, "multinomial", "1-D or 2-D");
+  CHECK_BRRR_ERROR(multinomial(ones({3}), 0), ErrorKind::value, "multinomial", "num_samples");
+  CHECK_BRRR_ERROR(multinomial(ones({3}, {.dtype = DType::i64}), 1), ErrorKind::dtype, "multinomial");
+  CHECK_BRRR_ERROR(multinomial(Tensor::from_vector(V{1, std::nan("")}), 1), ErrorKind::value, "multinomial", "finite");
 }
