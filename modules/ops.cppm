@@ -551,8 +551,10 @@ bool allow_tf32();
 /// Needs one device and one f32/f64/bf16/f16 dtype (under autocast, each tensor f32 or the
 /// autocast dtype: bf16/f16 GEMMs, gradients in each input's dtype, as linear); otherwise, and
 /// for approximate "none" (cuBLASLt has no exact-GELU epilogue), the composite of linear, gelu
-/// and linear (whose errors then name linear). Error(shape) naming fused_mlp for mismatched
-/// weights or biases, Error(value) for another `approximate`. Note the default: "tanh", the
+/// and linear. Errors name fused_mlp: Error(shape) for mismatched weights or biases,
+/// Error(dtype) for a non-floating tensor or tensors of more than one dtype (under autocast
+/// f32/bf16/f16 count as the autocast dtype, f64 as f64; PyTorch's linear refuses mixed
+/// dtypes too), Error(device) for more than one device, Error(value) for another `approximate`. Note the default: "tanh", the
 /// fused form (as FlashAttention's), where F::gelu's is "none".
 [[nodiscard]] Tensor fused_mlp(const Tensor& input, const Tensor& fc_weight, const Tensor& fc_bias,
                                const Tensor& proj_weight, const Tensor& proj_bias,

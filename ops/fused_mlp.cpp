@@ -93,6 +93,30 @@ void check_shapes(const Tensor& input, const Tensor& w1, const Tensor& b1, const
     throw Error::shape_mismatch(op_name, w2.shape(), b2.shape(), "proj_bias must be [out]");
 }
 
+// Dtypes and devices, checked here so that an error names fused_mlp and all five tensors
+// rather than the composite's matmul (which rejected an integer or a mixed-dtype input with
+// only its own two operands in the message). One device; floating tensors of one dtype, where
+// under autocast each tensor counts as the dtype autocast's linear casts it to (f32/bf16/f16:
+// the autocast dtype; f64 stays f64), as PyTorch's linear demands.
+void check_dtypes(const Tensor& input, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                  bool autocasting, DType low) {
+  (void)common_device(op_name, {input, w1, b1, w2, b2});
+  const Tensor* tensors[] = {&input, &w1, &b1, &w2, &b2};
+  const char* names[] = {"input", "fc_weight", "fc_bias", "proj_weight", "proj_bias"};
+  for (std::size_t i = 0; i < 5; ++i)
+    if (tensors[i]->defined()) require_floating(op_name, *tensors[i], names[i]);
+  const auto effective = [&](const Tensor& t) { return autocasting && t.dtype() != DType::f64 ? low : t.dtype(); };
+  bool one = true;
+  for (const Tensor* t : tensors) one = one && (!t->defined() || effective(*t) == effective(input));
+  if (one) return;
+  std::string got;
+  for (std::size_t i = 0; i < 5; ++i)
+    if (tensors[i]->defined()) got += std::string(got.empty() ? "" : ", ") + names[i] + " " + to_string(tensors[i]->dtype());
+  throw Error(ErrorKind::dtype, std::string(op_name) + ": expected one floating dtype" +
+                                    (autocasting ? " (after autocast's casts to " + std::string(to_string(low)) + ")" : "") +
+                                    ", got " + got);
+}
+
 }  // namespace
 
 Tensor fused_mlp(const Tensor& input, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
@@ -105,6 +129,7 @@ Tensor fused_mlp(const Tensor& input, const Tensor& fc_weight, const Tensor& fc_
   const bool autocasting =
       autocast::is_enabled() && (autocast::dtype() == DType::bf16 || autocast::dtype() == DType::f16);
   const DType low = autocasting ? autocast::dtype() : input.dtype();
+  check_dtypes(input, fc_weight, fc_bias, proj_weight, proj_bias, autocasting, low);
   if (approximate != "tanh" || !fusable(input, fc_weight, fc_bias, proj_weight, proj_bias, low, autocasting))
     return linear(gelu(linear(input, fc_weight, fc_bias), approximate), proj_weight, proj_bias);
 

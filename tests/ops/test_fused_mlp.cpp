@@ -179,3 +179,33 @@ TEST_CASE("fused_mlp: approximate \"none\" is the composite; empty rows; errors"
   throws([&] { (void)fused_mlp(x[0], x[1], x[2], x[3], x[4], "erf"); }, ErrorKind::value);
   throws([&] { (void)fused_mlp(Tensor(), x[1], x[2], x[3], x[4]); }, ErrorKind::value);
 }
+
+TEST_CASE("fused_mlp: dtype and device errors name fused_mlp and every tensor's dtype") {
+  Tensor x = randn({4, 3}), w1 = randn({5, 3}), b1 = randn({5}), w2 = randn({2, 5}), b2 = randn({2});
+  const auto i64 = [](const Tensor& t) { return t.to(DType::i64); };
+  const auto f64 = [](const Tensor& t) { return t.to(DType::f64); };
+  // These reached the composite's matmul, whose error named matmul and two operands only (or,
+  // for a bias, were silently promoted: an f64 proj_bias gave an f64 output).
+  CHECK_BRRR_ERROR(fused_mlp(i64(x), w1, b1, w2, b2), ErrorKind::dtype, "fused_mlp", "input", "i64");
+  CHECK_BRRR_ERROR(fused_mlp(x, w1, i64(b1), w2, b2), ErrorKind::dtype, "fused_mlp", "fc_bias", "i64");
+  CHECK_BRRR_ERROR(fused_mlp(x, w1, b1, i64(w2), b2, "none"), ErrorKind::dtype, "fused_mlp", "proj_weight");
+  CHECK_BRRR_ERROR(fused_mlp(x, f64(w1), b1, w2, b2), ErrorKind::dtype, "fused_mlp", "one floating dtype",
+                   "input f32", "fc_weight f64");
+  CHECK_BRRR_ERROR(fused_mlp(x, w1, b1, w2, f64(b2), "none"), ErrorKind::dtype, "fused_mlp", "proj_bias f64");
+  CHECK_BRRR_ERROR(fused_mlp(x.to(DType::bf16), w1, Tensor(), w2, Tensor()), ErrorKind::dtype, "fused_mlp",
+                   "input bf16", "fc_weight f32");
+  {
+    // Under autocast f32/bf16/f16 all count as the autocast dtype; f64 stays f64 (not cast).
+    AutocastGuard ac(DType::bf16);
+    Tensor y = fused_mlp(x, w1.to(DType::f16), b1, w2, b2.to(DType::bf16));
+    CHECK(y.dtype() == DType::bf16);
+    testing::assert_close(y.to(DType::f32),
+                          linear(gelu(linear(x, w1.to(DType::f16), b1), "tanh"), w2, b2.to(DType::bf16)).to(DType::f32),
+                          {.rtol = 0, .atol = 0});
+    CHECK_BRRR_ERROR(fused_mlp(x, f64(w1), b1, w2, b2), ErrorKind::dtype, "fused_mlp", "autocast", "fc_weight f64");
+    CHECK_BRRR_ERROR(fused_mlp(i64(x), w1, b1, w2, b2), ErrorKind::dtype, "fused_mlp", "input");
+  }
+  // One dtype throughout, f64 included, still runs (fused and composite).
+  Tensor y64 = fused_mlp(f64(x), f64(w1), f64(b1), f64(w2), Tensor(), "none");
+  CHECK(y64.dtype() == DType::f64);
+}
