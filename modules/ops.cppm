@@ -790,7 +790,8 @@ struct TripletMarginOptions {
 
 /// Layer normalisation (Ba et al. 2016) over the trailing `normalized_shape` dims:
 /// (x - mean) / sqrt(var + eps) * weight + bias (biased variance); weight/bias optional, of
-/// normalized_shape. One fused row kernel forward.
+/// normalized_shape. One fused row kernel forward. eps finite and >= 0 (Error(value): a
+/// negative or NaN eps only makes NaN rows; 0 is allowed, as in PyTorch).
 [[nodiscard]] Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                                 const Tensor& bias = {}, double eps = 1e-5);
 /// A pre-norm transformer's residual step in one pass (FlashAttention's dropout_add_layer_norm
@@ -802,7 +803,8 @@ struct TripletMarginOptions {
 /// the composite's values (dropout draws the same mask from the same generator state); on CUDA
 /// one kernel forward and one backward for rows of C % 4 == 0, C <= 1024 (512 for f64), the
 /// composite otherwise. Not an autocast op: the dtypes are the inputs'. Error(shape) for
-/// mismatched shapes, Error(dtype) for non-floating inputs.
+/// mismatched shapes, Error(dtype) for non-floating inputs, Error(value) for p outside [0, 1]
+/// or eps as layer_norm refuses it.
 [[nodiscard]] std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x0, const Tensor& residual,
                                                                const Tensor& weight, const Tensor& bias, double p,
                                                                double eps = 1e-5, bool training = true);

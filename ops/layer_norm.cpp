@@ -6,6 +6,7 @@
 // (f64 for f64). Under create_graph the rule is Tensor ops instead, with the statistics
 // recomputed from x, so that second derivatives see their dependence on x.
 module;
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,6 +103,14 @@ void check_param(const Tensor& p, const char* name, const Shape& normalized_shap
                                       " does not match normalized_shape " + to_string(normalized_shape));
 }
 
+// eps keeps 1 / sqrt(var + eps) finite. A NaN eps gives NaN everywhere, a negative one NaN in
+// every row whose variance is below -eps (PyTorch takes both and returns those NaNs), an infinite
+// one zeroes every row: refused. 0 is allowed, as in PyTorch (a constant row then gives
+// 0 * inf = NaN, as there).
+void check_eps(const char* name, double eps) {
+  if (!(eps >= 0 && std::isfinite(eps))) throw Error::bad_value(name, "eps", eps, "finite and >= 0");
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
@@ -123,6 +132,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                                       " (expected input of shape [*, " + to_string(normalized_shape).substr(1) + ")");
   check_param(weight, "weight", normalized_shape);
   check_param(bias, "bias", normalized_shape);
+  check_eps(op, eps);
 
   std::int64_t cols = 1;
   for (auto s : normalized_shape) cols *= s;
@@ -212,6 +222,7 @@ std::pair<Tensor, Tensor> dropout_add_layer_norm(const Tensor& x0, const Tensor&
   if (x0.dim() == 0)
     throw Error(ErrorKind::shape, std::string(fused_op) + ": expected x0 with at least one dim, got " + describe(x0));
   if (!(p >= 0.0 && p <= 1.0)) throw Error::bad_value(fused_op, "probability p", p, "in [0, 1]");
+  check_eps(fused_op, eps);
   const std::int64_t cols = x0.size(-1);
   const Shape normalized{cols};
   if (weight.defined() && weight.shape() != normalized)

@@ -165,4 +165,7 @@ TEST_CASE("dropout_add_layer_norm errors") {
   CHECK_BRRR_ERROR(dropout_add_layer_norm(zeros({2, 3}), {}, {}, {}, 1.5), ErrorKind::value, "dropout_add_layer_norm",
                    "probability");
   CHECK_BRRR_ERROR(dropout_add_layer_norm(zeros({}), {}, {}, {}, 0.1), ErrorKind::shape, "dropout_add_layer_norm");
+  for (double eps : {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()})
+    CHECK_BRRR_ERROR(dropout_add_layer_norm(randn({2, 3}), randn({2, 3}), {}, {}, 0.1, eps), ErrorKind::value,
+                     "dropout_add_layer_norm", "eps");
 }

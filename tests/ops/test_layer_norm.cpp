@@ -162,6 +162,12 @@ TEST_CASE("layer_norm errors") {
   CHECK_BRRR_ERROR(layer_norm(zeros({2, 3}), {3}, {}, zeros({2, 3})), ErrorKind::shape, "layer_norm", "bias");
   CHECK_BRRR_ERROR(layer_norm(arange(6).view({2, 3}), {3}), ErrorKind::dtype, "layer_norm", "i64");
   CHECK_BRRR_ERROR(layer_norm(zeros({2, 3}), {3}, arange(3)), ErrorKind::dtype, "layer_norm", "weight");
+  CHECK_BRRR_ERROR(layer_norm(zeros({2, 3}), {3}, zeros({1, 3})), ErrorKind::shape, "layer_norm", "weight", "[1, 3]");
+  // eps: a negative one gave NaN rows (rsqrt of var + eps < 0), a NaN one NaN everywhere, an
+  // infinite one zeros; 0 stays allowed (PyTorch's too; above).
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double eps : {-1.0, -1e-12, nan, inf})
+    CHECK_BRRR_ERROR(layer_norm(randn({2, 3}), {3}, {}, {}, eps), ErrorKind::value, "layer_norm", "eps");
 }
 
 // ---------------------------------------------------------------------------------------
