@@ -35,6 +35,7 @@ module;
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 module brrr.io;
@@ -192,6 +193,10 @@ struct Header {
 };
 
 struct DepthExceeded {};
+struct DuplicateKey {
+  std::string key;
+  int depth;  // 1: a top-level key (a tensor's name or "__metadata__")
+};
 
 /// Parses and checks the checksum record against the header's tensors and metadata; stores
 /// each tensor's expected CRC in its entry (the data is checked as it is read).
@@ -272,16 +277,29 @@ Header read_header(const char* op, const std::string& path, int fd) {
   if (text.empty() || text[0] != '{') fail(op, path, "header does not start with '{'");
 
   json root;
+  // The keys of each open JSON object: a repeated key is refused. nlohmann keeps the last value
+  // silently, so a tensor listed twice lost its first entry (then reported as a "gap" in the
+  // buffer, or loaded without a word when both entries had the same offsets), and a repeated
+  // "dtype" inside an entry picked the last one.
+  std::vector<std::set<std::string>> open_objects;
   try {
     root = json::parse(
         text,
-        [](int depth, json::parse_event_t, json&) {
+        [&open_objects](int depth, json::parse_event_t event, json& parsed) {
           if (depth > kMaxJsonDepth) throw DepthExceeded{};
+          if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+          else if (event == json::parse_event_t::object_end) open_objects.pop_back();
+          else if (event == json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second)
+            throw DuplicateKey{parsed.get<std::string>(), depth};
           return true;
         },
         true, false);
   } catch (const DepthExceeded&) {
     fail(op, path, "invalid JSON header: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  } catch (const DuplicateKey& d) {
+    fail(op, path, "invalid header: the key \"" + d.key + "\" appears twice in " +
+                       (d.depth <= 1 ? std::string("the header (a tensor or \"__metadata__\" listed twice)")
+                                     : std::string("one JSON object")));
   } catch (const json::parse_error& e) {
     fail(op, path, std::string("invalid JSON header: ") + e.what() + " (near byte " + std::to_string(e.byte) + ": " +
                        excerpt(text, e.byte) + ")");

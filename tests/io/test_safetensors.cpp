@@ -436,6 +436,35 @@ TEST_CASE("safetensors: hostile headers are Error(io) with the path and the prob
     expect_io_error(tmp, make_file(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", eight_bytes),
                     "negative shape");
   }
+  SUBCASE("duplicate keys") {
+    // nlohmann keeps a repeated key's last value: a tensor listed twice lost its first entry
+    // (reported as a "gap", or loaded silently when both had the same offsets) and a repeated
+    // "dtype" took the last one. Both are malformed headers now, named as such.
+    std::vector<unsigned char> data(16, 0);
+    expect_io_error(tmp,
+                    make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8]}, "a": {)" + f32_2 +
+                                  R"(, "data_offsets": [8, 16]}})",
+                              data),
+                    "the key \"a\" appears twice in the header");
+    expect_io_error(tmp,
+                    make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8]}, "a": {)" + f32_2 +
+                                  R"(, "data_offsets": [0, 8]}})",
+                              eight_bytes),
+                    "the key \"a\" appears twice");
+    expect_io_error(tmp,
+                    make_file(R"({"a": {"dtype": "F32", "dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})",
+                              eight_bytes),
+                    "the key \"dtype\" appears twice in one JSON object");
+    expect_io_error(tmp, make_file(R"({"__metadata__": {"k": "1"}, "__metadata__": {"k": "2"}})", {}),
+                    "the key \"__metadata__\" appears twice");
+    expect_io_error(tmp, make_file(R"({"__metadata__": {"k": "1", "k": "2"}})", {}), "the key \"k\" appears twice");
+    // The same name in two different objects is no repetition.
+    const std::string path = tmp.file("same_names.safetensors");
+    write_file(path, make_file(R"({"a": {)" + f32_2 + R"(, "data_offsets": [0, 8]}, "__metadata__": {"a": "x"}})",
+                               eight_bytes));
+    CHECK(io::load_safetensors(path).count("a") == 1);
+    CHECK(io::safetensors_metadata(path).at("a") == "x");
+  }
   SUBCASE("BOOL bytes other than 0 and 1") {
     expect_io_error(tmp, make_file(R"({"a": {"dtype": "BOOL", "shape": [8], "data_offsets": [0, 8]}})", eight_bytes),
                     "BOOL tensor \"a\" holds byte 2");
