@@ -554,8 +554,9 @@ bool allow_tf32();
 /// and linear. Errors name fused_mlp: Error(shape) for mismatched weights or biases,
 /// Error(dtype) for a non-floating tensor or tensors of more than one dtype (under autocast
 /// f32/bf16/f16 count as the autocast dtype, f64 as f64; PyTorch's linear refuses mixed
-/// dtypes too), Error(device) for more than one device, Error(value) for another `approximate`. Note the default: "tanh", the
-/// fused form (as FlashAttention's), where F::gelu's is "none".
+/// dtypes too), Error(device) for more than one device, Error(value) for another
+/// `approximate`. Note the default: "tanh", the fused form (as FlashAttention's), where
+/// F::gelu's is "none".
 [[nodiscard]] Tensor fused_mlp(const Tensor& input, const Tensor& fc_weight, const Tensor& fc_bias,
                                const Tensor& proj_weight, const Tensor& proj_bias,
                                const std::string& approximate = "tanh");

@@ -67,8 +67,9 @@ Shape weights_shape(const char* op, const Tensor& q, const Tensor& k, const Tens
       const std::int64_t x = i + a.size() < n ? 1 : a[i + a.size() - n];
       const std::int64_t y = i + b.size() < n ? 1 : b[i + b.size() - n];
       if (x != y && x != 1 && y != 1)
-        throw Error(ErrorKind::shape, std::string(op) + ": the batch dims of query, key and value do not broadcast, got " +
-                                          to_string(q.shape()) + ", " + to_string(k.shape()) + ", " + to_string(v.shape()));
+        throw Error(ErrorKind::shape, std::string(op) + ": the batch dims of query, key and value do not broadcast, "
+                                                        "got " + to_string(q.shape()) + ", " + to_string(k.shape()) +
+                                          ", " + to_string(v.shape()));
       out[i] = x == 1 ? y : x;
     }
     return out;

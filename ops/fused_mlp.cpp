@@ -111,10 +111,10 @@ void check_dtypes(const Tensor& input, const Tensor& w1, const Tensor& b1, const
   if (one) return;
   std::string got;
   for (std::size_t i = 0; i < 5; ++i)
-    if (tensors[i]->defined()) got += std::string(got.empty() ? "" : ", ") + names[i] + " " + to_string(tensors[i]->dtype());
-  throw Error(ErrorKind::dtype, std::string(op_name) + ": expected one floating dtype" +
-                                    (autocasting ? " (after autocast's casts to " + std::string(to_string(low)) + ")" : "") +
-                                    ", got " + got);
+    if (tensors[i]->defined())
+      got += std::string(got.empty() ? "" : ", ") + names[i] + " " + to_string(tensors[i]->dtype());
+  const std::string cast = autocasting ? " (after autocast's casts to " + std::string(to_string(low)) + ")" : "";
+  throw Error(ErrorKind::dtype, std::string(op_name) + ": expected one floating dtype" + cast + ", got " + got);
 }
 
 }  // namespace
