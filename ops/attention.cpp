@@ -60,22 +60,14 @@ void check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 // than the composite's matmul.
 Shape weights_shape(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   const auto batch = [](const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
-  const auto merge = [&](const Shape& a, const Shape& b) {
-    const std::size_t n = std::max(a.size(), b.size());
-    Shape out(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t x = i + a.size() < n ? 1 : a[i + a.size() - n];
-      const std::int64_t y = i + b.size() < n ? 1 : b[i + b.size() - n];
-      if (x != y && x != 1 && y != 1)
-        throw Error(ErrorKind::shape, std::string(op) + ": the batch dims of query, key and value do not broadcast, "
-                                                        "got " + to_string(q.shape()) + ", " + to_string(k.shape()) +
-                                          ", " + to_string(v.shape()));
-      out[i] = x == 1 ? y : x;
-    }
-    return out;
-  };
-  Shape shape = merge(batch(q), batch(k));
-  (void)merge(shape, batch(v));
+  Shape shape;
+  try {
+    shape = broadcast_shapes(batch(q), batch(k), op);
+    (void)broadcast_shapes(shape, batch(v), op);
+  } catch (const Error&) {  // (its message names two of the three)
+    throw Error(ErrorKind::shape, std::string(op) + ": the batch dims of query, key and value do not broadcast, got " +
+                                      to_string(q.shape()) + ", " + to_string(k.shape()) + ", " + to_string(v.shape()));
+  }
   shape.push_back(q.size(-2));
   shape.push_back(k.size(-2));
   return shape;
@@ -306,10 +298,10 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
       throw Error::dtype_not_supported(sdpa, "attn_mask must be bool or floating", mask);
     // The mask broadcasts *to* the weights (PyTorch adds it in place): a larger mask would
     // silently add batch dims to the output.
-    bool fits = mask.dim() <= static_cast<std::int64_t>(weights_dims.size());
-    for (std::int64_t i = 1; fits && i <= mask.dim(); ++i) {
-      const std::int64_t m = mask.size(-i), w = weights_dims[weights_dims.size() - static_cast<std::size_t>(i)];
-      fits = m == w || m == 1;
+    bool fits = false;
+    try {
+      fits = broadcast_shapes(mask.shape(), weights_dims, sdpa) == weights_dims;
+    } catch (const Error&) {
     }
     if (!fits)
       throw Error(ErrorKind::shape, std::string(sdpa) + ": attn_mask " + to_string(mask.shape()) +
