@@ -19,9 +19,10 @@
 //   forward  grid (B*H) x query tiles (the longest causal rows first). Per key tile:
 //            S = Q K^T (Q's fragments stay in registers), online softmax on the accumulators,
 //            O += P V. Shared: Q, 2 x K, 2 x V.
-//   dq       grid (B*H) x query tiles. Prologue: delta_i = dO_i . O_i (f32, from the rounded
-//            O), written to the workspace for dk/dv. Per key tile: S = Q K^T, P = exp(S - lse),
-//            dP = dO V^T, dS = P o (dP o Z - delta), dQ += dS K. Shared: Q, dO, 2 x K, 2 x V.
+//   dq       grid (B*H) x query tiles. Prologue: delta_i = dO_i . O_i (f32, from O as stored,
+//            before f32 tiles are rounded to TF32), written to the workspace for dk/dv. Per key
+//            tile: S = Q K^T, P = exp(S - lse), dP = dO V^T, dS = P o (dP o Z - delta),
+//            dQ += dS K. Shared: Q, dO, 2 x K, 2 x V.
 //   dkdv     grid (B*H) x key tiles (most query tiles first), launched after dq. Per query tile:
 //            S^T = K Q^T, dP^T = V dO^T (K, V fragments in registers for D <= 64 without dropout),
 //            dV += (P o Z)^T dO, dK += dS^T Q. Shared: K, V, 2 x Q, 2 x dO, 2 x lse, 2 x delta.
@@ -30,15 +31,15 @@
 // Shared memory (bytes, D = 32 / 64 / 128): forward 25600 / 46080 / 52224, dq 30720 / 55296 /
 // 69632, dkdv 31744 / 56320 / 52480; f32 (pitch DMAX + 4 floats) forward 27648 / 52224 /
 // 101376, dq 36864 / 69632 / 135168, dkdv 37376 / 70144 / 101632. Registers and spills:
-// `-Xptxas -v` (the bf16/f16 ones do not spill; four f32 variants spill 4-20 bytes).
+// `-Xptxas -v` (none spills).
 //
 // f32 (only when set_allow_tf32 is on) runs the same kernels with mma.sync.m16n8k8.tf32: every
-// operand rounded to TF32 (cvt.rna) as it is loaded into a fragment, a k-step of 8 columns (32
-// bytes, as 16 bf16), tiles with a pitch of DMAX + 4 floats (twice the shared memory), no
-// fragments kept in registers across tiles (twice the registers) but Q's in the forward for
-// D <= 64. The two spots that differ: the A fragment from an accumulator (acc_to_a) and the B
-// fragment of X stored [k][n] (mma_ab), read one element at a time since ldmatrix.trans has no
-// 32-bit form.
+// operand rounded to TF32 (cvt.rna), tiles once in shared memory as they land (round_tile), P
+// and dS as they become A fragments; a k-step of 8 columns (32 bytes, as 16 bf16), tiles with
+// a pitch of DMAX + 4 floats (twice the shared memory), no fragments kept in registers across
+// tiles (twice the registers) but Q's in the forward for D <= 64. The two spots that differ:
+// the A fragment from an accumulator (acc_to_a) and the B fragment of X stored [k][n]
+// (mma_ab), read one element at a time since ldmatrix.trans has no 32-bit form.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; lane = 4 g + t, g = groupID,
 // t = threadID_in_group):
@@ -306,6 +307,25 @@ __device__ __forceinline__ void load_tile(T* tile, const T* head, std::int64_t s
   }
 }
 
+// f32 tiles: this thread's chunks of load_tile<ROWS, DMAX> (the same chunks, so its own loads
+// are the ones it waited for) rounded to TF32 in place, once per tile: the fragments then go
+// to the mma as loaded. (Rounding each fragment as it was loaded cost 3 instructions an
+// element at every use: up to 8 per mma in dK/dV, which made the f32 kernels issue-bound.)
+// Callers wait for their copies first and sync the CTA after. 16-bit tiles: nothing.
+template <int ROWS, int DMAX, class T> __device__ __forceinline__ void round_tile(T* tile) {
+  if constexpr (kTf32<T>) {
+    constexpr int V = kVec<T>, P = kPitch<T, DMAX>, kChunks = DMAX / V, kN = ROWS * kChunks;
+#pragma unroll
+    for (int c0 = 0; c0 < kN; c0 += kThreads) {
+      const int c = c0 + static_cast<int>(threadIdx.x), r = c / kChunks, d = (c % kChunks) * V;
+      auto* chunk = reinterpret_cast<uint4*>(tile + r * P + d);
+      uint4 x = *chunk;
+      x = make_uint4(to_tf32(x.x), to_tf32(x.y), to_tf32(x.z), to_tf32(x.w));
+      *chunk = x;
+    }
+  }
+}
+
 // n floats src[t0 .. t0 + n) (zeros past t_len) into dst, by threads 0 .. n - 1 of `first`.
 __device__ __forceinline__ void load_floats(float* dst, const float* src, int t0, int t_len, int n, int first) {
   const int e = static_cast<int>(threadIdx.x) - first;
@@ -357,18 +377,11 @@ __device__ __forceinline__ void store_rows(T* head, std::int64_t st, const T* ro
 // ---- warp-level matrix products ----------------------------------------------------------
 
 // One k-step's product on tensor cores: bf16/f16 m16n8k16, f32 m16n8k8 on TF32 (operands
-// already rounded by to_tf32).
+// already rounded: tiles by round_tile, accumulators by acc_to_a).
 template <class T>
 __device__ __forceinline__ void mma_step(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (kTf32<T>) mma_1688_tf32(d, a, b0, b1);
   else mma_16816<T>(d, a, b0, b1);
-}
-
-// Fragments of f32 tiles rounded to TF32 (16-bit types are used as loaded).
-template <class T, int N> __device__ __forceinline__ void round_tf32(std::uint32_t (&r)[N]) {
-  if constexpr (kTf32<T>)
-#pragma unroll
-    for (int e = 0; e < N; ++e) r[e] = to_tf32(r[e]);
 }
 
 // A fragments of k-step kk of the warp's 16 rows of a tile. For f32 the ldmatrix of the same
@@ -376,7 +389,6 @@ template <class T, int N> __device__ __forceinline__ void round_tf32(std::uint32
 // lane l, so rows 0-7 / 8-15 at cols 0 / 4 are a[0..3].
 template <int P, class T> __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* rows, int kk, int lane) {
   ldmatrix_x4(a, rows + (lane & 15) * P + kStep<T> * kk + kVec<T> * (lane >> 4));
-  round_tf32<T>(a);
 }
 
 // Whether 16-column block kk of a tile holds a column of [lo, hi) (warp-uniform): blocks
@@ -408,7 +420,6 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const std::uint32_t
       if (!live(np, lo, hi)) continue;
       std::uint32_t f[4];
       ldmatrix_x4(f, base + 16 * np * P + kStep<T> * kk);
-      round_tf32<T>(f);
       mma_step<T>(acc[2 * np], a, f[0], f[1]);
       mma_step<T>(acc[2 * np + 1], a, f[2], f[3]);
     }
@@ -425,7 +436,7 @@ __device__ __forceinline__ void mma_ab(float (&acc)[NT][4], const std::uint32_t 
     const T* base = x + 2 * (lane % 4) * P + lane / 4;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      mma_step<T>(acc[nt], a, to_tf32(base[8 * nt]), to_tf32(base[P + 8 * nt]));
+      mma_step<T>(acc[nt], a, __float_as_uint(base[8 * nt]), __float_as_uint(base[P + 8 * nt]));
   } else {
     const T* base = x + (lane & 15) * P + 8 * (lane >> 4);
 #pragma unroll
@@ -506,6 +517,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < n_tiles; ++n) {
     const int j0 = n * NK;
     cp_async_wait<0>();
+    if (n == 0) round_tile<kBlock, DMAX>(sq);
+    round_tile<NK, DMAX>(kv + 2 * (n & 1) * kKT);
+    round_tile<NK, DMAX>(kv + (2 * (n & 1) + 1) * kKT);
     __syncthreads();  // tile n is in; every warp is done with tile n - 1, whose buffers refill now
     if (n + 1 < n_tiles) {
       T* next = kv + 2 * ((n + 1) & 1) * kKT;
@@ -673,6 +687,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     dl[0] = __shfl_sync(kFull, d, 2 * grp);
     dl[1] = __shfl_sync(kFull, d, 2 * grp + 16);
   }
+  if constexpr (kTf32<T>) {  // (after every warp's delta, which takes dO unrounded)
+    __syncthreads();
+    round_tile<kBlock, DMAX>(sq);
+    round_tile<kBlock, DMAX>(sdo);
+    __syncthreads();
+  }
   std::uint32_t qf[REGS ? KS : 1][4], dof[REGS ? KS : 1][4];
   if constexpr (REGS) {
 #pragma unroll
@@ -687,6 +707,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
   for (int n = 0; n < n_tiles; ++n) {
     const int j0 = n * NK;
     cp_async_wait<0>();
+    round_tile<NK, DMAX>(kv + 2 * (n & 1) * kKT);
+    round_tile<NK, DMAX>(kv + (2 * (n & 1) + 1) * kKT);
     __syncthreads();  // (n = 0: every warp is done with O, in the buffer that refills now)
     if (n + 1 < n_tiles) {
       T* next = kv + 2 * ((n + 1) & 1) * kKT;
@@ -790,6 +812,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int t = t_first; t < t_end; ++t) {
     const int i0 = t * BQ, buf = (t - t_first) & 1;
     cp_async_wait<0>();
+    if (t == t_first) {
+      round_tile<kBlock, DMAX>(sk);
+      round_tile<kBlock, DMAX>(sv);
+    }
+    round_tile<BQ, DMAX>(sq + buf * kQTile);
+    round_tile<BQ, DMAX>(sdo + buf * kQTile);
     __syncthreads();
     if (t + 1 < t_end) {
       const int nb = buf ^ 1;

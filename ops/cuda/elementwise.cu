@@ -84,13 +84,18 @@ __global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
 
 // Rows: the innermost dim is contiguous in out and, in a and b, contiguous or broadcast
 // (stride 0: a per-row value, e.g. a bias [1, C, 1, 1] added to [N, C, H, W]). A block takes
-// a row at a time: the operands' row offsets are computed once per row, then the threads walk
-// the row (V elements at a time with 16-byte accesses where `packed`).
+// a segment of `seg` elements of a row at a time (segs of them a row: few long rows, e.g. a
+// position embedding [T, C] added to [B, T, C], which coalesces to B rows of T C, still fill
+// the GPU): the operands' row offsets are computed once per segment, then the threads walk it
+// (V elements at a time with 16-byte accesses where `packed`; seg is a multiple of V).
 template <class F, class O, class IA, class IB, int V>
-__global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, std::int64_t inner, bool packed, F f) {
+__global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, std::int64_t inner, std::int64_t seg,
+                          std::int64_t segs, bool packed, F f) {
   const int last = out.ndim - 1;
   const bool a_row = a.strides[last] == 0, b_row = b.strides[last] == 0;
-  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (std::int64_t blk = blockIdx.x; blk < rows * segs; blk += gridDim.x) {
+    const std::int64_t r = blk / segs, i0 = (blk % segs) * seg;
+    const std::int64_t i1 = i0 + seg < inner ? i0 + seg : inner;
     const std::int64_t base = r * inner;
     O* o = static_cast<O*>(out.data) + offset_of(out, base);
     const IA* pa = static_cast<const IA*>(a.data) + offset_of(a, base);
@@ -98,7 +103,7 @@ __global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, 
     const IA a0 = a_row ? pa[0] : IA();
     const IB b0 = b_row ? pb[0] : IB();
     if (packed) {
-      for (std::int64_t i = std::int64_t(threadIdx.x) * V; i < inner; i += std::int64_t(blockDim.x) * V) {
+      for (std::int64_t i = i0 + std::int64_t(threadIdx.x) * V; i < i1; i += std::int64_t(blockDim.x) * V) {
         Pack<IA, V> va;
         Pack<IB, V> vb;
         if (a_row) {
@@ -119,7 +124,7 @@ __global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, 
         *reinterpret_cast<Pack<O, V>*>(o + i) = vr;
       }
     } else {
-      for (std::int64_t i = threadIdx.x; i < inner; i += blockDim.x)
+      for (std::int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x)
         o[i] = f(a_row ? a0 : pa[i], b_row ? b0 : pb[i]);
     }
   }
@@ -231,11 +236,19 @@ void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
       packed = packed && reinterpret_cast<std::uintptr_t>(op->data) % pack == 0;
       for (int d = 0; d + 1 < op->ndim; ++d) packed = packed && (op->strides[d] * bytes[k]) % pack == 0;
     }
-    // a block's threads cover a row (up to 256 of them), whole warps
+    // a block's threads cover a row (up to 256 of them), whole warps; rows split into
+    // segments of at least 4 passes of a block when there are fewer than 1024 of them
     const std::int64_t per_row = packed ? inner / V : inner;
     const int threads = static_cast<int>(per_row >= 256 ? 256 : (per_row + 31) / 32 * 32);
-    const std::int64_t grid = rows < 65535 ? rows : 65535;
-    map2_rows<F, O, IA, IB, V><<<static_cast<unsigned>(grid), threads, 0, s>>>(out, a, b, rows, inner, packed, f);
+    const std::int64_t step = std::int64_t(threads) * (packed ? V : 1);
+    std::int64_t segs = rows >= 1024 ? 1 : (1024 + rows - 1) / rows;
+    const std::int64_t max_segs = (inner + 4 * step - 1) / (4 * step);
+    if (segs > max_segs) segs = max_segs > 0 ? max_segs : 1;
+    const std::int64_t seg = ((inner + segs - 1) / segs + V - 1) / V * V;
+    segs = (inner + seg - 1) / seg;
+    const std::int64_t blocks = rows * segs, grid = blocks < 65535 ? blocks : 65535;
+    map2_rows<F, O, IA, IB, V><<<static_cast<unsigned>(grid), threads, 0, s>>>(out, a, b, rows, inner, seg, segs,
+                                                                               packed, f);
   } else {
     map2_strided<F, O, IA, IB><<<blocks_for(out.numel), 256, 0, s>>>(out, a, b, f);
   }

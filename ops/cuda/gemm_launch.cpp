@@ -153,6 +153,7 @@ struct DeviceBlas {
   cublasHandle_t handle = nullptr;
   cublasLtHandle_t lt = nullptr;
   std::size_t workspace_bytes = 0;
+  int major = 0;  // compute capability
   std::unordered_map<void*, Storage> workspaces;  // by cudaStream_t
   std::unordered_map<LtKey, std::unique_ptr<LtPlan>, LtKeyHash> plans;
 };
@@ -198,10 +199,9 @@ void ensure_handle(DeviceBlas& blas, int device) {
   if (blas.handle) return;
   BRRR_CUBLAS_CHECK(cublasCreate(&blas.handle));
   BRRR_CUBLAS_CHECK(cublasLtCreate(&blas.lt));
-  int major = 0;
-  BRRR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  BRRR_CUDA_CHECK(cudaDeviceGetAttribute(&blas.major, cudaDevAttrComputeCapabilityMajor, device));
   // cuBLAS's recommended workspace: 32 MiB on Hopper and later, 4 MiB before.
-  blas.workspace_bytes = (major >= 9 ? 32u : 4u) << 20;
+  blas.workspace_bytes = (blas.major >= 9 ? 32u : 4u) << 20;
 }
 
 // The workspace of this call's stream (called with blas.mutex held).
@@ -516,6 +516,42 @@ Operand operand(void* data, DType dtype, int device, std::initializer_list<std::
   return o;
 }
 
+// BRRR_GEMM_KMAJOR=0 turns kmajor_copies off (on otherwise). Read once.
+bool kmajor_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRRR_GEMM_KMAJOR");
+    return v == nullptr || v[0] == '\0' || v[0] != '0';
+  }();
+  return on;
+}
+
+// TF32 on Hopper: wgmma reads 32-bit operands from shared memory K-major only (PTX ISA,
+// "wgmma.mma_async": the transpose flags are for 16-bit types), so cuBLASLt runs a product
+// with a K-strided operand on older kernels. B of x W with W [k, n] row-major (linear's input
+// gradient, dY W) is one. A small such operand, at most an eighth of the other's elements,
+// is copied K-major first (a weight: a few microseconds); a large one is left as it is, which
+// keeps the weight gradients' dY^T X as cuBLAS runs it. `g` then points at the copies, which
+// live in `b_copy`, `a_copy` (stream-ordered, so freed safely after the product is enqueued).
+void kmajor_copies(CudaBackend& backend, GemmArgs& g, int major, const StreamPtr& stream, Storage& b_copy,
+                   Storage& a_copy) {
+  if (g.dtype != DType::f32 || !g.allow_tf32 || g.f32_out || g.batch != 1 || major < 9 || g.k <= 1 ||
+      !kmajor_enabled())
+    return;
+  const std::int64_t a_numel = g.m * g.k, b_numel = g.k * g.n;
+  if (g.n > 1 && g.b_row_stride != 1 && 8 * b_numel <= a_numel) {  // B [k, n] into column-major
+    b_copy = allocate_device(static_cast<std::size_t>(b_numel) * sizeof(float), g.device, stream);
+    backend.copy(operand(b_copy.data(), DType::f32, g.device, {g.k, g.n}, {1, g.k}),
+                 operand(const_cast<void*>(g.b), DType::f32, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride}));
+    g.b = b_copy.data(), g.b_row_stride = 1, g.b_col_stride = g.k;
+  }
+  if (g.m > 1 && g.a_col_stride != 1 && 8 * a_numel <= b_numel) {  // A [m, k] into row-major
+    a_copy = allocate_device(static_cast<std::size_t>(a_numel) * sizeof(float), g.device, stream);
+    backend.copy(operand(a_copy.data(), DType::f32, g.device, {g.m, g.k}, {g.k, 1}),
+                 operand(const_cast<void*>(g.a), DType::f32, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride}));
+    g.a = a_copy.data(), g.a_row_stride = g.k, g.a_col_stride = 1;
+  }
+}
+
 }  // namespace
 
 void blas_prepare(int device) {
@@ -554,16 +590,19 @@ void CudaBackend::gemm(const GemmArgs& g) {
       BRRR_CUDA_CHECK(
           cudaMemsetAsync(g.c, 0, static_cast<std::size_t>(g.batch * g.m * g.n) * itemsize(out_dtype(g)), raw_stream));
     } else {
-      // X over B's memory ([k, n]), Y over A's memory ([m, k]): C^T = op(X) op(Y).
-      const Call call{g,
-                      types,
-                      blas_operand("b", g.k, g.n, g.b_row_stride, g.b_col_stride),
-                      blas_operand("a", g.m, g.k, g.a_row_stride, g.a_col_stride),
-                      f64 ? static_cast<const void*>(&alpha64) : &alpha32,
-                      f64 ? static_cast<const void*>(&beta64) : &beta32};
       DeviceBlas& blas = device_blas(g.device);
       std::lock_guard lock(blas.mutex);
       ensure_handle(blas, g.device);
+      GemmArgs kg = g;
+      Storage b_copy, a_copy;
+      kmajor_copies(*this, kg, blas.major, stream, b_copy, a_copy);
+      // X over B's memory ([k, n]), Y over A's memory ([m, k]): C^T = op(X) op(Y).
+      const Call call{kg,
+                      types,
+                      blas_operand("b", kg.k, kg.n, kg.b_row_stride, kg.b_col_stride),
+                      blas_operand("a", kg.m, kg.k, kg.a_row_stride, kg.a_col_stride),
+                      f64 ? static_cast<const void*>(&alpha64) : &alpha32,
+                      f64 ? static_cast<const void*>(&beta64) : &beta32};
       void* workspace = workspace_for(blas, g.device, stream);
       const bool lt_sizes = g.k > 0 && fits_int(g.batch) && fits_int(g.m) && fits_int(g.n) && fits_int(g.k);
       cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;

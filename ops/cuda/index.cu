@@ -1,7 +1,9 @@
 // CUDA kernels of the indexing ops: gather and scatter_add (the kernels behind gather,
 // scatter_add, index_select, embedding and one_hot; ops/index.cpp).
 //  - gather: one thread per output element in a grid-stride loop; 64-bit offsets; elements
-//    moved as raw 1/2/4/8-byte words (no conversion).
+//    moved as raw 1/2/4/8-byte words (no conversion). Whole-row gathers (index_select along
+//    dim 0 of a matrix, embedding) take up to a warp per row instead, in 16-byte words where
+//    aligned.
 //  - scatter_add, default: one thread per source element, atomicAdd into the destination
 //    (native float/double/half/bfloat16/int32/int64 atomics on sm_90).
 //  - scatter_add, deterministic: cub::DeviceRadixSort of (destination, position) pairs (a
@@ -66,6 +68,25 @@ __global__ void gather_kernel(Operand out, Operand in, int dim, Operand index, i
     }
     const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[oi]), size, flag, code);
     o[oo] = x[ox + k * in.strides[dim]];
+  }
+}
+
+// Whole rows: out [n, C] contiguous, index [n, C] constant along its rows (stride 0: the
+// expanded index of index_select(x, 0, i) and embedding), in [V, C] with contiguous rows. A
+// group of `lanes` threads (a power of two <= 32, about the row's words, so narrow rows keep
+// the warp busy) per row reads its index once and copies the row in W-byte words (16 where
+// every row start is aligned) instead of an offset computation per element.
+template <class W, class I>
+__global__ void gather_rows_kernel(char* out, const char* in, std::int64_t in_row_bytes, std::int64_t n,
+                                   std::int64_t size, const I* ix, std::int64_t ix_stride, std::int64_t words,
+                                   int lanes, int* flag, int code) {
+  const int lane = static_cast<int>(threadIdx.x) % lanes;
+  const std::int64_t groups = std::int64_t(gridDim.x) * (blockDim.x / lanes);
+  for (std::int64_t r = (blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x) / lanes; r < n; r += groups) {
+    const std::int64_t k = checked_index(static_cast<std::int64_t>(ix[r * ix_stride]), size, flag, code);
+    const W* src = reinterpret_cast<const W*>(in + k * in_row_bytes);
+    W* dst = reinterpret_cast<W*>(out) + r * words;
+    for (std::int64_t w = lane; w < words; w += lanes) dst[w] = src[w];
   }
 }
 
@@ -314,6 +335,32 @@ int gather(const Operand& out, const Operand& in, int dim, const Operand& index,
   auto st = static_cast<cudaStream_t>(stream);
   const unsigned blocks = blocks_for(out.numel, threads);
   const std::size_t item = itemsize(out.dtype);
+  const bool rows = dim == 0 && out.ndim == 2 && index.strides[1] == 0 && out.strides[1] == 1 &&
+                    out.strides[0] == out.sizes[1] && in.strides[1] == 1;
+  if (rows) {
+    const auto row_bytes = static_cast<std::int64_t>(out.sizes[1] * item);
+    const std::int64_t in_row_bytes = in.strides[0] * static_cast<std::int64_t>(item);
+    const bool aligned16 = row_bytes % 16 == 0 && in_row_bytes % 16 == 0 &&
+                           reinterpret_cast<std::uintptr_t>(out.data) % 16 == 0 &&
+                           reinterpret_cast<std::uintptr_t>(in.data) % 16 == 0;
+    with_index_type(index.dtype, [&](auto i) {
+      using I = decltype(i);
+      const auto copy = [&]<class W>(W*) {
+        const std::int64_t words = row_bytes / static_cast<std::int64_t>(sizeof(W));
+        int lanes = 1;
+        while (lanes < 32 && lanes < words) lanes *= 2;
+        gather_rows_kernel<W, I><<<blocks_for(out.sizes[0] * lanes, threads), threads, 0, st>>>(
+            static_cast<char*>(out.data), static_cast<const char*>(in.data), in_row_bytes, out.sizes[0], in.sizes[0],
+            static_cast<const I*>(index.data), index.strides[0], words, lanes, error_flag, error_code);
+      };
+      if (aligned16) copy(static_cast<uint4*>(nullptr));
+      else if (item == 8) copy(static_cast<std::uint64_t*>(nullptr));
+      else if (item == 4) copy(static_cast<std::uint32_t*>(nullptr));
+      else if (item == 2) copy(static_cast<std::uint16_t*>(nullptr));
+      else copy(static_cast<std::uint8_t*>(nullptr));
+    });
+    return static_cast<int>(cudaGetLastError());
+  }
   with_index_type(index.dtype, [&](auto i) {
     using I = decltype(i);
     switch (item) {

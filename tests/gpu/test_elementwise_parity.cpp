@@ -278,6 +278,14 @@ TEST_CASE("gpu elementwise: binary ops, every dtype, same layouts and broadcasts
            {"", {1, 256}, [](const Tensor& t) { return t; }}},
           {"[5, 100] with [5, 1]", {"", {5, 100}, [](const Tensor& t) { return t; }},
            {"", {5, 1}, [](const Tensor& t) { return t; }}},
+          // few long rows, split into segments across blocks: a position embedding [T, C] added
+          // to [B, T, C] (3 rows of 257 * 384), and an odd row length (unpacked)
+          {"[3, 257, 384] with [257, 384]", {"", {3, 257, 384}, [](const Tensor& t) { return t; }},
+           {"", {257, 384}, [](const Tensor& t) { return t; }}},
+          {"[2, 50001] with [1, 50001]", {"", {2, 50001}, [](const Tensor& t) { return t; }},
+           {"", {1, 50001}, [](const Tensor& t) { return t; }}},
+          {"[2, 65536] with [2, 1]", {"", {2, 65536}, [](const Tensor& t) { return t; }},
+           {"", {2, 1}, [](const Tensor& t) { return t; }}},
       };
       for (const Mix& m : mixes) {
         std::string what = c.name + " " + to_string(dtype) + " " + m.name;

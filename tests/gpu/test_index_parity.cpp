@@ -216,6 +216,44 @@ TEST_CASE("gpu index: index_select and one_hot parity (i32 and i64), backward of
   }
 }
 
+TEST_CASE("gpu index: whole-row gathers (index_select along dim 0, embedding) bit for bit, every dtype and width") {
+  // The row path copies 16-byte words where every row start is aligned (widths 4, 384 in f32),
+  // else words of the element size (widths 3, 33), with fewer lanes a row for narrow rows;
+  // width 1 stays on the general kernel (the expanded index's size-1 dim keeps stride 1). A
+  // sliced input has rows apart by more than their width, or a base off the 16-byte boundary.
+  std::mt19937_64 rng(110);
+  manual_seed(110);
+  for (DType dt : all_dtypes) {
+    for (std::int64_t width : {1, 3, 4, 33, 384}) {
+      CAPTURE(dt);
+      CAPTURE(width);
+      Tensor x = random_of(dt, {37, width});
+      Tensor idx = index_tensor(random_index(rng, 301, 0, 36), {301});
+      Tensor want = index_select(x, 0, idx);
+      poison(want.nbytes());
+      Tensor got = index_select(x.to(gpu()), 0, idx.to(gpu()));
+      CHECK(bit_equal(got, want));
+      const auto sliced = [&](std::int64_t start, std::int64_t len) {
+        Tensor xs = x.to(gpu()).narrow(1, start, len);
+        Tensor want_s = index_select(xs.to(Device::cpu()), 0, idx);
+        poison(want_s.nbytes());
+        CHECK(bit_equal(index_select(xs, 0, idx.to(gpu())), want_s));
+      };
+      sliced(width > 1 ? 1 : 0, width > 1 ? width - 1 : 1);  // rows apart by more than their width
+      if (width >= 8) {
+        sliced(0, width - 4);  // aligned rows of width - 4, apart by width: 16-byte words for f32
+        sliced(2, width - 4);  // the same rows from a base 2 elements in: not 16-byte aligned in f32
+      }
+      if (is_floating_point(dt)) {
+        Tensor ids = index_tensor(random_index(rng, 60, 0, 36), {3, 20}, DType::i32);
+        Tensor want_e = embedding(x, ids);
+        poison(want_e.nbytes());
+        CHECK(bit_equal(embedding(x.to(gpu()), ids.to(gpu())), want_e));
+      }
+    }
+  }
+}
+
 TEST_CASE("gpu index: embedding padding_idx example on CUDA") {
   Tensor w = randn({3, 2}, {.device = gpu(), .requires_grad = true});
   Tensor out = embedding(w, index_tensor({0, 1, 0, 2}, {4}).to(gpu()), 0);

@@ -177,6 +177,12 @@ TEST_CASE("gpu matmul: TF32 on stays within its tolerance, off is f32-exact-ish"
     for (const ShapeCase& c : shape_cases)
       for (Lay la : {Lay::contiguous, Lay::transposed})
         for (Lay lb : {Lay::contiguous, Lay::transposed}) parity_case(DType::f32, c, la, lb, rng, allow);
+    // One operand at most an eighth of the other's size: on sm_90 a K-strided one (B row-major,
+    // A column-major) is copied K-major before the TF32 product (ops/cuda/gemm_launch.cpp).
+    const ShapeCase small_operand[] = {{{512, 96}, {96, 40}}, {{40, 96}, {96, 512}}, {{300, 17}, {17, 2}}};
+    for (const ShapeCase& c : small_operand)
+      for (Lay la : {Lay::contiguous, Lay::transposed, Lay::padded})
+        for (Lay lb : {Lay::contiguous, Lay::transposed, Lay::padded}) parity_case(DType::f32, c, la, lb, rng, allow);
   }
   // A product where TF32's 10-bit mantissa shows: (1 + 2^-12)^2 summed 256 times.
   Tensor a = full({1, 256}, 1.0 + 1.0 / 4096, {.device = gpu()});
