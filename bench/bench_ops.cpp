@@ -10,6 +10,9 @@
 //   sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms   the same with dropout_p 0.2 (training)
 //   sdpa_64x6x256x64_f32[_tf32]_causal_dropout_fwd_bwd_ms   the same in f32, TF32 off [on]
 //   gemm_8192_{fp32,tf32,bf16}_TFLOPs                                   8192^3 matmul
+//   gpt_gemm_{tf32,bf16}_NxK_{fwd,dx,dw}_us   the GPT's linear GEMMs (issue 19), 16384 tokens,
+//                                    weight [N, K]: x w^T, dy w, dy^T x as linear's backward runs
+//                                    them; gpt_gemms_{tf32,bf16}_layer_us the sum over one layer
 //   mlp_step_784_1024_1024_10_b256_sgd_ms   one SGD-momentum training step (TF32 off)
 //   mlp_step_peak_MiB                peak allocated during that step minus allocated before it
 //   mlp_step_total_MiB               that peak minus allocated before the MLP's tensors existed
@@ -143,6 +146,39 @@ void gemm(Device dev, Results& r) {
   r["gemm_8192_tf32_TFLOPs"] = tflops(a, b);
   set_allow_tf32(false);
   r["gemm_8192_bf16_TFLOPs"] = tflops(a.to(DType::bf16), b.to(DType::bf16));
+}
+
+// The GEMMs of one GPT layer (6 layers, 384 wide, 64 x 256 tokens): qkv, proj, fc, fc2, each
+// forward (x w^T), input gradient (dy w) and weight gradient (dy^T x), in the layouts linear
+// and its backward hand to matmul.
+void gpt_gemms(Device dev, Results& r) {
+  const std::int64_t m = 64 * 256;
+  const bool tf32_before = allow_tf32();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    set_allow_tf32(dt == DType::f32);
+    const std::string tag = dt == DType::f32 ? "tf32" : "bf16";
+    double layer = 0;
+    for (auto [n, k] : {std::pair<std::int64_t, std::int64_t>{1152, 384}, {384, 384}, {1536, 384}, {384, 1536}}) {
+      Tensor x = randn({m, k}, {.device = dev}).to(dt), w = randn({n, k}, {.device = dev}).to(dt);
+      Tensor dy = randn({m, n}, {.device = dev}).to(dt);
+      const std::string shape = std::to_string(n) + "x" + std::to_string(k);
+      // 10 products per timed repeat: the launches queue up, so the events time the GPU's work.
+      auto us = [&](const std::function<Tensor()>& f) {
+        return 1e3 / 10 * bench::time_ms(dev, 2, 10, [&] {
+          for (int i = 0; i < 10; ++i) Tensor c = f();
+        });
+      };
+      const double fwd = us([&] { return matmul(x, w.t()); });
+      const double dx = us([&] { return matmul(dy, w); });
+      const double dw = us([&] { return matmul(dy.t(), x); });
+      r["gpt_gemm_" + tag + "_" + shape + "_fwd_us"] = fwd;
+      r["gpt_gemm_" + tag + "_" + shape + "_dx_us"] = dx;
+      r["gpt_gemm_" + tag + "_" + shape + "_dw_us"] = dw;
+      layer += fwd + dx + dw;
+    }
+    r["gpt_gemms_" + tag + "_layer_us"] = layer;
+  }
+  set_allow_tf32(tf32_before);
 }
 
 void mlp_step(Device dev, Results& r) {
@@ -314,6 +350,7 @@ int main(int argc, char** argv) {
   run("scans and sorts", [&] { scans_sorts(dev, r); });
   run("attention", [&] { attention(dev, r); });
   run("gemm", [&] { gemm(dev, r); });
+  run("gpt gemms", [&] { gpt_gemms(dev, r); });
   run("mlp step", [&] { mlp_step(dev, r); });
   if (std::filesystem::is_directory(dir))
     run("fashion_mnist epoch", [&] { fashion_mnist_epoch(dev, dir, r); });

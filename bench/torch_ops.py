@@ -129,6 +129,30 @@ def gemm(dev, r):
     r["gemm_8192_bf16_TFLOPs"] = tflops(a.bfloat16(), b.bfloat16())
 
 
+def gpt_gemms(dev, r):
+    """The GEMMs of one GPT layer (bench_ops' gpt_gemms): x w^T, dy w, dy^T x per linear."""
+    m = 64 * 256
+    before = torch.backends.cuda.matmul.allow_tf32
+    for dt, tag in ((torch.float32, "tf32"), (torch.bfloat16, "bf16")):
+        torch.backends.cuda.matmul.allow_tf32 = dt == torch.float32
+        layer = 0.0
+        for n, k in ((1152, 384), (384, 384), (1536, 384), (384, 1536)):
+            x = torch.randn(m, k, device=dev, dtype=dt)
+            w = torch.randn(n, k, device=dev, dtype=dt)
+            dy = torch.randn(m, n, device=dev, dtype=dt)
+            def us(f):  # 10 products per timed repeat: the events time the GPU's work
+                return 1e3 / 10 * time_ms(lambda: [f() for _ in range(10)], 2, 10)
+            fwd = us(lambda: x @ w.t())
+            dx = us(lambda: dy @ w)
+            dw = us(lambda: dy.t() @ x)
+            r[f"gpt_gemm_{tag}_{n}x{k}_fwd_us"] = fwd
+            r[f"gpt_gemm_{tag}_{n}x{k}_dx_us"] = dx
+            r[f"gpt_gemm_{tag}_{n}x{k}_dw_us"] = dw
+            layer += fwd + dx + dw
+        r[f"gpt_gemms_{tag}_layer_us"] = layer
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def make_mlp_step(dev):
     """bench::MlpStep (bench/common.hpp): MLP 784-1024-1024-10, batch 256, raw weights [in, out]
     from nn.Linear's default range, addmm(b, x, W) (bias fused into the GEMM, cuBLASLt in both
@@ -277,7 +301,8 @@ def main():
     workloads = [("host costs", lambda: host_costs(dev, r)), ("bandwidth", lambda: bandwidth(dev, r)),
                  ("scans and sorts", lambda: scans_sorts(dev, r)),
                  ("attention", lambda: attention(dev, r)),
-                 ("gemm", lambda: gemm(dev, r)), ("mlp step", lambda: mlp_step(dev, r))]
+                 ("gemm", lambda: gemm(dev, r)), ("gpt gemms", lambda: gpt_gemms(dev, r)),
+                 ("mlp step", lambda: mlp_step(dev, r))]
     if os.path.isdir(args.data):
         workloads.append(("fashion_mnist epoch", lambda: fashion_mnist_epoch(dev, args.data, r)))
     else:

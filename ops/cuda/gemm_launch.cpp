@@ -525,30 +525,65 @@ bool kmajor_enabled() {
   return on;
 }
 
+// BRRR_GEMM_LT=0: products without an epilogue go to cublasGemmEx, not cuBLASLt (a
+// diagnostic: the two pick kernels by different heuristics). Read once.
+bool lt_default_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRRR_GEMM_LT");
+    return v == nullptr || v[0] == '\0' || v[0] != '0';
+  }();
+  return on;
+}
+
+// dst (column-major [r, c], leading dimension r) = src^T, src column-major [c, r] with leading
+// dimension ld, by cublasSgeam on `stream` (a tiled transpose, where the generic strided copy
+// does a div/mod per element). False, with nothing enqueued, where geam's int
+// sizes or ld >= c do not hold. Called with blas.mutex held.
+bool geam_transpose(DeviceBlas& blas, cudaStream_t stream, float* dst, const float* src, std::int64_t r,
+                    std::int64_t c, std::int64_t ld) {
+  if (!fits_int(r) || !fits_int(c) || !fits_int(ld) || ld < c) return false;
+  const float one = 1.0f, zero = 0.0f;
+  BRRR_CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
+  // beta = 0: B is not read (cuBLAS docs, "cublas<t>geam"), src is passed as a valid pointer anyway
+  BRRR_CUBLAS_CHECK(cublasSgeam(blas.handle, CUBLAS_OP_T, CUBLAS_OP_T, static_cast<int>(r), static_cast<int>(c),
+                                &one, src, static_cast<int>(ld), &zero, src, static_cast<int>(ld), dst,
+                                static_cast<int>(r)));
+  return true;
+}
+
 // TF32 on Hopper: wgmma reads 32-bit operands from shared memory K-major only (PTX ISA,
 // "wgmma.mma_async": the transpose flags are for 16-bit types), so cuBLASLt runs a product
 // with a K-strided operand on older kernels. B of x W with W [k, n] row-major (linear's input
 // gradient, dY W) is one. A small such operand, at most an eighth of the other's elements,
-// is copied K-major first (a weight: a few microseconds); a large one is left as it is, which
-// keeps the weight gradients' dY^T X as cuBLAS runs it. `g` then points at the copies, which
-// live in `b_copy`, `a_copy` (stream-ordered, so freed safely after the product is enqueued).
-void kmajor_copies(CudaBackend& backend, GemmArgs& g, int major, const StreamPtr& stream, Storage& b_copy,
+// is copied K-major first (a weight: a few microseconds; geam_transpose where the operand's
+// other dimension is unit-stride, else the backend's strided copy); a large one is left as it
+// is, which keeps the weight gradients' dY^T X as cuBLAS runs it. `g` then points at the
+// copies, which live in `b_copy`, `a_copy` (stream-ordered, so freed safely after the product
+// is enqueued). Called with blas.mutex held.
+void kmajor_copies(CudaBackend& backend, DeviceBlas& blas, GemmArgs& g, const StreamPtr& stream, Storage& b_copy,
                    Storage& a_copy) {
-  if (g.dtype != DType::f32 || !g.allow_tf32 || g.f32_out || g.batch != 1 || major < 9 || g.k <= 1 ||
+  if (g.dtype != DType::f32 || !g.allow_tf32 || g.f32_out || g.batch != 1 || blas.major < 9 || g.k <= 1 ||
       !kmajor_enabled())
     return;
+  auto raw = static_cast<cudaStream_t>(stream->handle);
   const std::int64_t a_numel = g.m * g.k, b_numel = g.k * g.n;
   if (g.n > 1 && g.b_row_stride != 1 && 8 * b_numel <= a_numel) {  // B [k, n] into column-major
     b_copy = allocate_device(static_cast<std::size_t>(b_numel) * sizeof(float), g.device, stream);
-    backend.copy(operand(b_copy.data(), DType::f32, g.device, {g.k, g.n}, {1, g.k}),
-                 operand(const_cast<void*>(g.b), DType::f32, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride}));
-    g.b = b_copy.data(), g.b_row_stride = 1, g.b_col_stride = g.k;
+    auto* dst = static_cast<float*>(b_copy.data());
+    const auto* src = static_cast<const float*>(g.b);
+    if (g.b_col_stride != 1 || !geam_transpose(blas, raw, dst, src, g.k, g.n, g.b_row_stride))
+      backend.copy(operand(dst, DType::f32, g.device, {g.k, g.n}, {1, g.k}),
+                   operand(const_cast<float*>(src), DType::f32, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride}));
+    g.b = dst, g.b_row_stride = 1, g.b_col_stride = g.k;
   }
   if (g.m > 1 && g.a_col_stride != 1 && 8 * a_numel <= b_numel) {  // A [m, k] into row-major
     a_copy = allocate_device(static_cast<std::size_t>(a_numel) * sizeof(float), g.device, stream);
-    backend.copy(operand(a_copy.data(), DType::f32, g.device, {g.m, g.k}, {g.k, 1}),
-                 operand(const_cast<void*>(g.a), DType::f32, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride}));
-    g.a = a_copy.data(), g.a_row_stride = g.k, g.a_col_stride = 1;
+    auto* dst = static_cast<float*>(a_copy.data());
+    const auto* src = static_cast<const float*>(g.a);
+    if (g.a_row_stride != 1 || !geam_transpose(blas, raw, dst, src, g.k, g.m, g.a_col_stride))
+      backend.copy(operand(dst, DType::f32, g.device, {g.m, g.k}, {g.k, 1}),
+                   operand(const_cast<float*>(src), DType::f32, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride}));
+    g.a = dst, g.a_row_stride = g.k, g.a_col_stride = 1;
   }
 }
 
@@ -595,7 +630,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
       ensure_handle(blas, g.device);
       GemmArgs kg = g;
       Storage b_copy, a_copy;
-      kmajor_copies(*this, kg, blas.major, stream, b_copy, a_copy);
+      kmajor_copies(*this, blas, kg, stream, b_copy, a_copy);
       // X over B's memory ([k, n]), Y over A's memory ([m, k]): C^T = op(X) op(Y).
       const Call call{kg,
                       types,
@@ -621,7 +656,8 @@ void CudaBackend::gemm(const GemmArgs& g) {
         epilogue_done = lt_matmul(blas, call, epilogue, vector, workspace, stream);
       unfused = !epilogue_done && lt_activation;  // (after the lock: it calls gemm again)
       if (!epilogue_done && !unfused &&
-          !(lt_sizes && lt_matmul(blas, call, CUBLASLT_EPILOGUE_DEFAULT, nullptr, workspace, stream)))
+          !(lt_sizes && lt_default_enabled() &&
+            lt_matmul(blas, call, CUBLASLT_EPILOGUE_DEFAULT, nullptr, workspace, stream)))
         blas_gemm(blas, call, workspace, raw_stream);
     }
   }

@@ -162,33 +162,37 @@ __global__ void __launch_bounds__(lnb_block_threads)
 }
 
 // dweight[c] / dbias[c] (either may be nullptr) = the sum of the parts' partial rows, in a
-// fixed order: a block of 32 columns x 32 slices, thread (tx, ty) adding parts ty, ty + 32,
-// ... of its column, then warp 0 adding the 32 slices in order (so the many parts of a tall
-// input are read by many threads at once, not walked by one thread per column).
+// fixed order: a block of 8 columns x 128 slices, thread (tx, ty) adding parts ty, ty + 128,
+// ... of its column, then a fixed tree over the 128 slices in shared memory (so the many parts
+// of a tall input are read by many threads of many blocks at once, cols / 8 blocks, and every
+// run adds in the same order).
+constexpr int sum_cols = 8, sum_slices = 128;
 template <class A>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(sum_cols * sum_slices)
     layer_norm_backward_sum_parts(A* __restrict__ dw, A* __restrict__ db, const A* __restrict__ partial,
                                   std::int64_t parts, std::int64_t cols) {
-  __shared__ A red[2][32][33];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + tx;
+  __shared__ A red[2][sum_slices][sum_cols];
+  const int tx = threadIdx.x % sum_cols, ty = threadIdx.x / sum_cols;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * sum_cols + tx;
   A sw = 0, sb = 0;
   if (c < cols)
-    for (std::int64_t p = ty; p < parts; p += 32) {
+    for (std::int64_t p = ty; p < parts; p += sum_slices) {
       sw += partial[(2 * p) * cols + c];
       sb += partial[(2 * p + 1) * cols + c];
     }
   red[0][ty][tx] = sw;
   red[1][ty][tx] = sb;
-  __syncthreads();
-  if (ty == 0 && c < cols) {
-    A w = 0, b = 0;
-    for (int k = 0; k < 32; ++k) {
-      w += red[0][k][tx];
-      b += red[1][k][tx];
+#pragma unroll
+  for (int half = sum_slices / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (ty < half) {
+      red[0][ty][tx] += red[0][ty + half][tx];
+      red[1][ty][tx] += red[1][ty + half][tx];
     }
-    if (dw) dw[c] = w;
-    if (db) db[c] = b;
+  }
+  if (ty == 0 && c < cols) {
+    if (dw) dw[c] = red[0][0][tx];
+    if (db) db[c] = red[1][0][tx];
   }
 }
 
@@ -349,8 +353,8 @@ int layer_norm_backward_typed(T* dx, racc_t<T>* dw, racc_t<T>* db, const T* dy, 
     }
   }
   if (sums) {
-    const auto grid = static_cast<unsigned>((cols + 31) / 32);
-    layer_norm_backward_sum_parts<A><<<grid, 1024, 0, st>>>(dw, db, partial, p.parts, cols);
+    const auto grid = static_cast<unsigned>((cols + sum_cols - 1) / sum_cols);
+    layer_norm_backward_sum_parts<A><<<grid, sum_cols * sum_slices, 0, st>>>(dw, db, partial, p.parts, cols);
   }
   return static_cast<int>(cudaGetLastError());
 }
@@ -413,14 +417,11 @@ int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual
         };
         const bool vec = al(dx0, 4 * sizeof(T0)) && al(&grad_out, 4 * sizeof(T0)) && al(dresidual, 4 * sizeof(TS)) &&
                          al(grad_sum, 4 * sizeof(TS)) && al(&sum, 4 * sizeof(TS)) && al(mask, 4);
-        // Groups of 128 columns (4 a lane) per row, rounded up to a power of two (the
-        // dispatcher's sizes; the kernel skips groups past cols).
-        int groups = 1;
-        while (groups * 128 < cols) groups <<= 1;
+        // Groups of 128 columns (4 a lane) per row (the kernel skips groups past cols).
         bool launched = false;
-        with_pow2_upto32(groups, [&](auto n) {
+        with_column_groups(cols, [&](auto n) {
           constexpr int G = decltype(n)::value;
-          if constexpr (G <= 8 && (sizeof(A) == 4 || G <= 4)) {
+          if constexpr (sizeof(A) == 4 || G <= 4) {
             launched = true;
             auto launch = [&](auto vec) {
               dropout_add_layer_norm_backward_warp<T0, TS, G, decltype(vec)::value>
@@ -439,8 +440,8 @@ int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual
         });
         if (!launched) return;  // status stays cudaErrorInvalidValue
         if (sums) {
-          const auto g2 = static_cast<unsigned>((cols + 31) / 32);
-          layer_norm_backward_sum_parts<A><<<g2, 1024, 0, st>>>(dw, db, partial, parts.parts, cols);
+          const auto g2 = static_cast<unsigned>((cols + sum_cols - 1) / sum_cols);
+          layer_norm_backward_sum_parts<A><<<g2, sum_cols * sum_slices, 0, st>>>(dw, db, partial, parts.parts, cols);
         }
         status = static_cast<int>(cudaGetLastError());
       };

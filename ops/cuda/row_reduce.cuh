@@ -68,5 +68,18 @@ template <class F> void with_pow2_upto32(int n, F&& f) {
   }
 }
 
+// Calls f(std::integral_constant<int, G>) for G, the groups of 128 columns (4 a lane) of a row
+// of `cols` columns, among 1, 2, 3, 4, 6, 8 (the fewest that cover the row; cols <= 1024):
+// an exact 3 or 6 keeps the registers of widths 384 and 768 (GPT-2's) to what they use.
+template <class F> void with_column_groups(std::int64_t cols, F&& f) {
+  const std::int64_t need = (cols + 127) / 128;
+  if (need <= 1) f(std::integral_constant<int, 1>{});
+  else if (need == 2) f(std::integral_constant<int, 2>{});
+  else if (need == 3) f(std::integral_constant<int, 3>{});
+  else if (need == 4) f(std::integral_constant<int, 4>{});
+  else if (need <= 6) f(std::integral_constant<int, 6>{});
+  else if (need <= 8) f(std::integral_constant<int, 8>{});
+}
+
 }  // namespace
 }  // namespace brrr::kernels

@@ -598,14 +598,11 @@ int dropout_add_layer_norm_typed(T0* out, TS* sum, bool* mask, racc_t<TS>* mean,
   const T0 keep = narrow_to<T0>(d.p > 0 ? 1.0 / (1.0 - d.p) : 1.0);
   const int c = static_cast<int>(cols);
   const auto eps_a = static_cast<racc_t<TS>>(eps);
-  // Groups of 128 columns (4 a lane) per row, rounded up to a power of two (the dispatcher's
-  // sizes; the kernel skips groups past cols).
-  int groups = 1;
-  while (groups * 128 < cols) groups <<= 1;
+  // Groups of 128 columns (4 a lane) per row (the kernel skips groups past cols).
   bool launched = false;
-  with_pow2_upto32(groups, [&](auto n) {
+  with_column_groups(cols, [&](auto n) {
     constexpr int G = decltype(n)::value;
-    if constexpr (G <= 8) {
+    {
       launched = true;
       if (vec)
         dropout_add_layer_norm_warp<T0, TS, G, true><<<grid, warp_kernel_threads, 0, st>>>(

@@ -212,7 +212,9 @@ TEST_CASE("dropout_add_layer_norm: CUDA kernels against the CPU's and the GPU co
       {DType::bf16, DType::f32, false, 64, 1024, false}, {DType::f32, DType::f32, true, 4500, 384, false},
       {DType::f32, DType::f32, true, 33, 384, true},     {DType::bf16, DType::f32, true, 33, 100, true},
       {DType::f32, DType::f32, true, 20, 7, false},      {DType::f64, DType::f64, true, 9, 600, false},
-      {DType::f32, DType::f32, true, 10, 1028, false}};
+      {DType::f32, DType::f32, true, 10, 1028, false},   {DType::f32, DType::f32, true, 100, 768, false},
+      {DType::bf16, DType::f32, true, 50, 640, false},   {DType::f64, DType::f64, true, 20, 260, false},
+      {DType::f32, DType::f32, true, 40, 256, false},    {DType::f32, DType::f32, true, 9, 900, true}};
   for (const Case& cs : cases)
     for (double p : {0.0, 0.2})
       for (int affine = 0; affine < 3; ++affine) {
