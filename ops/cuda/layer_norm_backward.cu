@@ -221,18 +221,32 @@ __global__ void __launch_bounds__(lnb_warps * 32)
   for (std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * lnb_warps + warp; row < rows; row += warps) {
     const A mu = mean[row], rs = rstd[row];
     A xh[G][4], gw[G][4];
+    // grad_sum and the mask are loaded with x and dy, before the row's sums: one memory round
+    // trip a row, not two (the kernel is bound by memory latency as much as by bandwidth).
+    TS gs[G][4];
+    bool kept[G][4];
     A s1 = 0, s2 = 0;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const int c0 = (g * 32 + lane) * 4;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) xh[g][r] = gw[g][r] = A(0);
+      for (int r = 0; r < 4; ++r) xh[g][r] = gw[g][r] = A(0), kept[g][r] = true;
       if (c0 >= cols) continue;
       const std::int64_t e0 = row * cols + c0;
       TS xv[4];
       T0 dv[4];
       load4<TS, VEC>(x + e0, xv);
       load4<T0, VEC>(dy + e0, dv);
+      if ((dx0 || dres) && gsum) load4<TS, VEC>(gsum + e0, gs[g]);
+      if (dx0 && mask) {
+        if constexpr (VEC) {
+          const uchar4 m = *reinterpret_cast<const uchar4*>(mask + e0);
+          kept[g][0] = m.x, kept[g][1] = m.y, kept[g][2] = m.z, kept[g][3] = m.w;
+        } else {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) kept[g][r] = mask[e0 + r];
+        }
+      }
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         xh[g][r] = (to_acc<A>(xv[r]) - mu) * rs;
@@ -251,25 +265,14 @@ __global__ void __launch_bounds__(lnb_warps * 32)
         const int c0 = (g * 32 + lane) * 4;
         if (c0 >= cols) continue;
         const std::int64_t e0 = row * cols + c0;
-        TS gs[4], ds[4];
-        if (gsum) load4<TS, VEC>(gsum + e0, gs);
-        bool kept[4] = {true, true, true, true};
-        if (mask) {
-          if constexpr (VEC) {
-            const uchar4 m = *reinterpret_cast<const uchar4*>(mask + e0);
-            kept[0] = m.x, kept[1] = m.y, kept[2] = m.z, kept[3] = m.w;
-          } else {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) kept[r] = mask[e0 + r];
-          }
-        }
+        TS ds[4];
         T0 d0[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           ds[r] = narrow_to<TS>(rs * ((gw[g][r] - a) - xh[g][r] * bb));  // layer_norm's dx
-          if (gsum) ds[r] = narrow_to<TS>(to_acc<A>(ds[r]) + to_acc<A>(gs[r]));
+          if (gsum) ds[r] = narrow_to<TS>(to_acc<A>(ds[r]) + to_acc<A>(gs[g][r]));
           const T0 gt = narrow_to<T0>(load(ds[r]));
-          d0[r] = mask ? narrow_to<T0>(load(gt) * load(kept[r] ? keep : zero)) : gt;
+          d0[r] = mask ? narrow_to<T0>(load(gt) * load(kept[g][r] ? keep : zero)) : gt;
         }
         if (dres) store4<TS, VEC>(dres + e0, ds);
         if (dx0) store4<T0, VEC>(dx0 + e0, d0);
