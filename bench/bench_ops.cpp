@@ -9,6 +9,7 @@
 //                                    shape (issue 19), q, k, v [64, 6, 256, 64] requiring grad
 //   sdpa_64x6x256x64_bf16_causal_dropout_fwd_bwd_ms   the same with dropout_p 0.2 (training)
 //   sdpa_64x6x256x64_f32[_tf32]_causal_dropout_fwd_bwd_ms   the same in f32, TF32 off [on]
+//   sdpa_64x6x256x64_f32_tf32_causal_dropout_fwd_ms   its forward alone (TF32 on)
 //   gemm_8192_{fp32,tf32,bf16}_TFLOPs                                   8192^3 matmul
 //   gpt_gemm_{tf32,bf16}_NxK_{fwd,dx,dw}_us   the GPT's linear GEMMs (issue 19), 16384 tokens,
 //                                    weight [N, K]: x w^T, dy w, dy^T x as linear's backward runs
@@ -108,6 +109,11 @@ void attention(Device dev, Results& r) {
   const bool tf32_before = allow_tf32();
   for (bool tf32 : {false, true}) {
     set_allow_tf32(tf32);
+    if (tf32)
+      r["sdpa_64x6x256x64_f32_tf32_causal_dropout_fwd_ms"] = bench::time_ms(dev, 3, 20, [&] {
+        NoGradGuard no_grad;
+        Tensor y = scaled_dot_product_attention(qf, kf, vf, dropout);
+      });
     r[tf32 ? "sdpa_64x6x256x64_f32_tf32_causal_dropout_fwd_bwd_ms" : "sdpa_64x6x256x64_f32_causal_dropout_fwd_bwd_ms"] =
         bench::time_ms(dev, 3, 20, [&] {
           Tensor y = scaled_dot_product_attention(qf, kf, vf, dropout);
