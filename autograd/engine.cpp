@@ -1,6 +1,7 @@
 // The backward engine (brrr.tensor:graph): Kahn's topological order over the nodes reachable
 // from the outputs (an explicit stack and dependency counts: no recursion, any graph depth),
-// gradients summed per node input (accumulate()) before the node runs.
+// gradients summed per node input (accumulate()) before the node runs. Side-stream work the
+// nodes enqueued (weight gradients, backend::SideWork) is joined when the pass ends.
 module;
 #include <cstdint>
 #include <functional>
@@ -10,6 +11,7 @@ module;
 #include <utility>
 #include <vector>
 module brrr.tensor;
+import brrr.backend;
 
 namespace brrr::autograd {
 
@@ -126,6 +128,9 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
+  // Work the pass moved to side streams (weight gradients: backend::SideWork) is joined here,
+  // so that what follows the pass on the current streams sees every gradient.
+  backend::join_side_work();
   for (std::size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();  // a callback may queue more
   return captured;
 }

@@ -103,6 +103,7 @@ public:
     writers_.store(0, std::memory_order_relaxed);
     recorded_.store(0, std::memory_order_relaxed);
     host_pending_.store(false, std::memory_order_relaxed);
+    side_ticket_.store(0, std::memory_order_relaxed);
     has_alloc_ = false;
     history_.reset();
   }
@@ -134,6 +135,11 @@ public:
   void set_host_pending(bool pending) noexcept { host_pending_.store(pending, std::memory_order_relaxed); }
   bool host_pending() const noexcept { return host_pending_.load(std::memory_order_relaxed); }
 
+  /// Written by deferred side-stream work (backend::run_on_side_stream): `ticket` (> 0) names
+  /// that work; any other stream that touches these bytes first waits for it (note_access).
+  void set_side_ticket(std::uint64_t ticket) noexcept { side_ticket_.store(ticket, std::memory_order_relaxed); }
+  std::uint64_t side_ticket() const noexcept { return side_ticket_.load(std::memory_order_relaxed); }
+
   /// True when the check recorded accesses to these bytes (in any epoch).
   bool has_history() const noexcept { return history_ != nullptr; }
 
@@ -149,6 +155,7 @@ private:
   std::atomic<std::uint64_t> writers_{0};
   std::atomic<std::uint64_t> recorded_{0};
   std::atomic<bool> host_pending_{false};
+  std::atomic<std::uint64_t> side_ticket_{0};
   bool has_alloc_ = false;
   StreamInfo alloc_;
   std::unique_ptr<History> history_;

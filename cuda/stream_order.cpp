@@ -14,6 +14,7 @@ module;
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/stream_check.hpp"
@@ -240,6 +241,129 @@ void note_release(const stream_check::AccessLog& log, std::size_t nbytes) noexce
 void raise_pending_stream_error() {
   std::lock_guard lock(state().mutex);
   raise_pending_locked();
+}
+
+
+// --- side-stream work (SideWork) -----------------------------------------------------------
+// A ticket names one piece of side work: (side stream slot << 40) | sequence number. Each side
+// stream's latest sequence number is kept, and for each (waiting stream, side stream) pair the
+// sequence number it has waited for, so that a stream touching many outputs of one side
+// stream waits once, and not again for work it is already ordered after.
+
+namespace {
+
+constexpr int kTicketShift = 40;
+
+struct SideRegistry {
+  std::mutex mutex;
+  std::uint64_t next_seq = 0;
+  std::unordered_map<std::uint32_t, StreamPtr> side_by_slot;
+  std::unordered_map<std::uint32_t, std::uint64_t> latest;  // side slot -> its newest work
+  std::unordered_map<std::uint64_t, std::uint64_t> joined;  // (waiter slot << 32 | side slot) -> seq
+};
+SideRegistry& side_registry() {
+  static auto* r = new SideRegistry;  // never destroyed, as slots()
+  return *r;
+}
+
+// This thread's side stream of each device, and whether it has work not yet joined.
+struct ThreadSide {
+  std::vector<StreamPtr> streams;
+  std::vector<bool> pending;
+};
+thread_local ThreadSide thread_side;
+
+std::uint64_t join_key(std::uint32_t waiter, std::uint32_t side) {
+  return static_cast<std::uint64_t>(waiter) << 32 | side;
+}
+
+// `waiter` waits for everything `side` has enqueued, unless it already waited for `seq`.
+void join_locked_out(const StreamState& waiter, const StreamPtr& side, std::uint64_t seq) {
+  SideRegistry& r = side_registry();
+  std::uint64_t latest;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.joined.find(join_key(waiter.slot, side->slot));
+    if (it != r.joined.end() && it->second >= seq) return;
+    latest = r.latest[side->slot];
+  }
+  wait_stream(waiter, *side);
+  std::lock_guard lock(r.mutex);
+  std::uint64_t& j = r.joined[join_key(waiter.slot, side->slot)];
+  if (j < latest) j = latest;
+}
+
+}  // namespace
+
+void join_side_ticket(const StreamState& stream, std::uint64_t ticket) {
+  const auto side_slot = static_cast<std::uint32_t>(ticket >> kTicketShift);
+  if (side_slot == stream.slot) return;
+  StreamPtr side;
+  {
+    SideRegistry& r = side_registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.side_by_slot.find(side_slot);
+    if (it == r.side_by_slot.end()) return;
+    side = it->second;
+  }
+  join_locked_out(stream, side, ticket & ((std::uint64_t(1) << kTicketShift) - 1));
+}
+
+bool side_work_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRRR_WGRAD_STREAM");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+SideWork::SideWork(int device) : main_(current_stream(device)) {
+  ThreadSide& t = thread_side;
+  const auto d = static_cast<std::size_t>(device);
+  if (t.streams.size() <= d) {
+    t.streams.resize(d + 1);
+    t.pending.resize(d + 1, false);
+  }
+  if (!t.streams[d]) t.streams[d] = create_stream(device, main_->priority);
+  side_ = t.streams[d];
+  t.pending[d] = true;
+  SideRegistry& r = side_registry();
+  {
+    std::lock_guard lock(r.mutex);
+    const std::uint64_t seq = ++r.next_seq;
+    r.side_by_slot[side_->slot] = side_;
+    r.latest[side_->slot] = seq;
+    ticket_ = static_cast<std::uint64_t>(side_->slot) << kTicketShift | seq;
+  }
+  wait_stream(*side_, *main_);
+  set_current_stream(side_);
+}
+
+SideWork::~SideWork() { set_current_stream(main_); }
+
+void SideWork::reads(const Storage& storage) const {
+  if (!storage.device().is_cuda()) return;
+  record_stream(storage, side_);
+  note_recorded_stream(storage, *side_);
+}
+
+void SideWork::writes(const Storage& storage) const {
+  if (stream_check::AccessLog* log = storage.access_log()) log->set_side_ticket(ticket_);
+}
+
+void join_side_work() {
+  ThreadSide& t = thread_side;
+  for (std::size_t d = 0; d < t.pending.size(); ++d) {
+    if (!t.pending[d]) continue;
+    t.pending[d] = false;
+    const StreamPtr main = current_stream(static_cast<int>(d));
+    std::uint64_t latest;
+    {
+      std::lock_guard lock(side_registry().mutex);
+      latest = side_registry().latest[t.streams[d]->slot];
+    }
+    join_locked_out(*main, t.streams[d], latest);
+  }
 }
 
 }  // namespace brrr::backend

@@ -199,11 +199,43 @@ void check_access(const StreamState& stream, const Operand& o, stream_check::Acc
 /// makes `stream` a writer of the storage (host reads wait for it). With the check on: throws
 /// Error(stream) for an access not ordered after a conflicting one on another stream, before
 /// anything is enqueued.
+/// The out-of-line part of note_access for bytes written by side-stream work (SideWork):
+/// `stream` waits for that work unless it is the side stream or has waited for it already.
+void join_side_ticket(const StreamState& stream, std::uint64_t ticket);
 inline void note_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind) {
   if (!o.log || o.numel == 0) return;
+  if (const std::uint64_t ticket = o.log->side_ticket()) [[unlikely]] join_side_ticket(stream, ticket);
   if (kind == stream_check::AccessKind::write) o.log->note_writer(stream.slot);
   if (stream_check_enabled()) [[unlikely]] check_access(stream, o, kind);
 }
+
+/// Work moved off the critical path onto this thread's side stream of a CUDA device, so that
+/// its kernels overlap the current stream's (autograd's weight gradients: ops/matmul.cpp).
+/// Construction forks (the side stream waits for the current stream's work so far) and makes
+/// the side stream current; destruction makes the previous stream current again. Inputs the
+/// work reads are declared with reads() (the allocator keeps their memory until the side
+/// stream is done with it); outputs with writes(): they should be allocated before the fork,
+/// on the current stream, and any other stream that later touches them waits for the side
+/// work first (note_access), so that callers see ordinary stream-ordered results. The
+/// pending work is joined by join_side_work() (autograd's backward ends with it).
+class SideWork {
+public:
+  explicit SideWork(int device);
+  ~SideWork();
+  SideWork(const SideWork&) = delete;
+  SideWork& operator=(const SideWork&) = delete;
+  void reads(const Storage& storage) const;
+  void writes(const Storage& storage) const;
+
+private:
+  StreamPtr main_, side_;
+  std::uint64_t ticket_;
+};
+/// Whether SideWork is used for weight gradients: BRRR_WGRAD_STREAM=0 in the environment
+/// turns it off (then everything runs on the current stream, as before).
+bool side_work_enabled();
+/// Makes each device's current stream wait for the side work this thread enqueued on it.
+void join_side_work();
 /// An Operand of `t` for note_access only (never for a kernel): like input()/output(), but a
 /// tensor of more than max_dims dims is described by its element count instead of throwing.
 Operand tracked(const Tensor& t, const char* op);

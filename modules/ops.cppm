@@ -1442,9 +1442,11 @@ struct ActivationEpilogue {
 /// a [m, k] @ b [k, n] (+ bias [n]) by one unrecorded GEMM (ops/matmul.cpp), a and b row- or
 /// column-major views (copied otherwise). With bias_grad, also the sum over k of operand `of`
 /// (a: [m], b: [n]) into *bias_grad (no bias then). With f32_out (bf16/f16 a and b): the
-/// product and the bias gradient in f32, unrounded. `act`: the activation epilogue.
+/// product and the bias gradient in f32, unrounded. `act`: the activation epilogue. `side`
+/// (CUDA): the GEMM runs as backend::SideWork, overlapping the current stream's later work;
+/// its results are allocated on the current stream, and any stream touching them waits for it.
 Tensor gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad, backend::GemmOperand of,
-               const char* op, bool f32_out = false, const ActivationEpilogue& act = {});
+               const char* op, bool f32_out = false, const ActivationEpilogue& act = {}, bool side = false);
 /// The dtypes linear's gradients of x, w and bias are given back in.
 struct GradDtypes {
   DType x, w, bias;
@@ -1453,7 +1455,9 @@ struct GradDtypes {
 /// upstream g [M, N], those marked in `needs` (x, w, bias): dx = g w^T, dw = x^T g, dbias = g
 /// summed over rows, in `to`'s dtypes. Without grad mode (no create_graph) each comes from one
 /// GEMM (dbias by the bias-gradient epilogue of dw's), an f32 one straight from bf16/f16
-/// operands (f32_out); in grad mode from recorded matmul, sum and casts.
+/// operands (f32_out); in grad mode from recorded matmul, sum and casts. On CUDA, without grad
+/// mode, dw and dbias run on the side stream (backend::SideWork, unless BRRR_WGRAD_STREAM=0):
+/// nothing waits for them until a stream touches them or the backward pass ends.
 std::vector<Tensor> linear_grads(const Tensor& g, const Tensor& x, const Tensor& w, const std::array<bool, 3>& needs,
                                  const GradDtypes& to);
 /// x [M, K] @ w [K, N] + bias [N] (ops/matmul.cpp): one GEMM with the bias in its epilogue,

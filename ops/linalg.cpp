@@ -44,15 +44,16 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-// Whether x [..., K] @ w [K, N] + bias [N] can be one fused GEMM over x's rows
-// (ops_detail::linear_2d): all defined, w 2-D with x's K, a 1-D bias of size N, one floating
-// dtype, one device. Anything else takes the composite, whose errors stay as they were.
-bool fusable(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  if (!x.defined() || !w.defined() || !bias.defined()) return false;
-  if (x.dim() < 1 || w.dim() != 2 || bias.dim() != 1 || x.size(-1) != w.size(0) || bias.size(0) != w.size(1))
-    return false;
-  if (!is_floating_point(x.dtype()) || w.dtype() != x.dtype() || bias.dtype() != x.dtype()) return false;
-  return w.device() == x.device() && bias.device() == x.device();
+// Whether x [..., K] @ w [K, N] (+ bias [N]) can be one fused GEMM over x's rows
+// (ops_detail::linear_2d): x and w defined, w 2-D with x's K, a 1-D bias of size N (or, where
+// `bias_optional`, none), one floating dtype, one device. Anything else takes the composite,
+// whose errors stay as they were.
+bool fusable(const Tensor& x, const Tensor& w, const Tensor& bias, bool bias_optional = false) {
+  if (!x.defined() || !w.defined() || (!bias.defined() && !bias_optional)) return false;
+  if (x.dim() < 1 || w.dim() != 2 || x.size(-1) != w.size(0)) return false;
+  if (!is_floating_point(x.dtype()) || w.dtype() != x.dtype() || w.device() != x.device()) return false;
+  if (!bias.defined()) return true;
+  return bias.dim() == 1 && bias.size(0) == w.size(1) && bias.dtype() == x.dtype() && bias.device() == x.device();
 }
 
 // addmm's input as a 1-D bias: [n] itself, [1, n] viewed as [n]; undefined otherwise.
@@ -139,8 +140,9 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   require_defined("linear", weight, "weight");
   if (weight.dim() != 2 && weight.dim() != 1)
     throw Error(ErrorKind::shape, "linear: weight must be [out, in] or [in], got " + describe(weight));
-  if (weight.dim() == 2 && fusable(input, weight.t(), bias)) {
-    // input [..., in] as rows [M, in]: one GEMM with the bias fused, reshaped back.
+  if (weight.dim() == 2 && fusable(input, weight.t(), bias, true)) {
+    // input [..., in] as rows [M, in]: one GEMM with the bias fused (if any), reshaped back;
+    // one node, whose weight gradient runs on the side stream (ops_detail::linear_grads).
     Shape lead(input.shape().begin(), input.shape().end() - 1);
     std::int64_t rows = 1;
     for (std::int64_t s : lead) rows *= s;

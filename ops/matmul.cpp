@@ -246,12 +246,18 @@ autograd::Grads matmul_rule(const autograd::Backward& c, const Plan& p, const Te
 }  // namespace
 
 Tensor ops_detail::gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias, Tensor* bias_grad,
-                           backend::GemmOperand of, const char* op, bool f32_out, const ActivationEpilogue& act) {
+                           backend::GemmOperand of, const char* op, bool f32_out, const ActivationEpilogue& act,
+                           bool side) {
   NoGradGuard no_grad;
   const Device dev = a.device();
   const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   const DType out_dtype = f32_out ? DType::f32 : a.dtype();
   Tensor out = empty({m, n}, {.dtype = out_dtype, .device = dev});
+  if (bias_grad != nullptr)
+    *bias_grad = empty({of == backend::GemmOperand::a ? m : n}, {.dtype = out_dtype, .device = dev});
+  // The results come from the current stream's pool (above); the rest runs on the side stream.
+  std::optional<backend::SideWork> work;
+  if (side && dev.is_cuda()) work.emplace(dev.index());
   Operand oa = gemm_operand(a, {}, m, k);
   Operand ob = gemm_operand(b, {}, k, n);
   backend::GemmArgs args;
@@ -274,7 +280,6 @@ Tensor ops_detail::gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias,
     args.bias = backend::input_data(bias_c, op);
   }
   if (bias_grad != nullptr) {
-    *bias_grad = empty({of == backend::GemmOperand::a ? m : n}, {.dtype = out_dtype, .device = dev});
     args.bias_grad = backend::output_data(*bias_grad, op);
     args.bias_grad_of = of;
   }
@@ -287,6 +292,12 @@ Tensor ops_detail::gemm_2d(const Tensor& a, const Tensor& b, const Tensor& bias,
   }
   args.c = backend::output_data(out, op);
   backend::backend_for(dev).gemm(args);
+  if (work) {
+    work->reads(oa.t.storage());
+    work->reads(ob.t.storage());
+    work->writes(out.storage());
+    if (bias_grad != nullptr) work->writes(bias_grad->storage());
+  }
   return out;
 }
 
@@ -306,8 +317,9 @@ autograd::Grads ops_detail::linear_grads(const Tensor& g, const Tensor& x, const
       const bool f32 = low && to.w == DType::f32;
       Tensor db;
       Tensor* want_db = needs[2] ? &db : nullptr;
-      r[1] = w_transposed ? gemm_2d(g.t(), x, Tensor(), want_db, backend::GemmOperand::a, "linear", f32).t()
-                          : gemm_2d(x.t(), g, Tensor(), want_db, backend::GemmOperand::b, "linear", f32);
+      const bool side = g.device().is_cuda() && backend::side_work_enabled();
+      r[1] = w_transposed ? gemm_2d(g.t(), x, Tensor(), want_db, backend::GemmOperand::a, "linear", f32, {}, side).t()
+                          : gemm_2d(x.t(), g, Tensor(), want_db, backend::GemmOperand::b, "linear", f32, {}, side);
       r[1] = as(r[1], to.w);
       r[2] = as(db, to.bias);
     }

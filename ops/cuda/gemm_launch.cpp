@@ -47,7 +47,7 @@
 // unless told otherwise, and reads the bias pointer's alignment from the pointer itself). The
 // matmul descriptor, the layouts and the algorithm are kept per device under that key, so a
 // steady-state step makes no heuristic query and creates no descriptor; only the bias pointer
-// is set per call. One key always runs one algorithm with one workspace size: the same bits
+// is set per call. One key always runs one algorithm (with the workspace it asks for): the same bits
 // every run. A case Lt has no algorithm for (NOT_SUPPORTED, or no result) is remembered as
 // such: with an epilogue it runs Lt without one, then the epilogue as a separate kernel
 // (binary add, or reduce); without one, cublasGemmStridedBatchedEx. k == 0 and sizes past int
@@ -71,7 +71,8 @@
 // destroyed (destroying them at exit can outlive the CUDA context); calls on them are
 // serialised by a mutex, and each call uses a workspace of its own for the current stream,
 // allocated from brrr's caching allocator on that stream (one workspace shared by two streams
-// would race); under capture, the graph's own (capture_blas_workspace).
+// would race), taken for the call, as large as the algorithm needs (Workspace); under
+// capture, the graph's own.
 module;
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -116,6 +117,7 @@ struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t x = nullptr, y = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;  // the bytes `algo` needs
   bool usable = false;
   LtPlan() = default;
   LtPlan(const LtPlan&) = delete;
@@ -154,7 +156,6 @@ struct DeviceBlas {
   cublasLtHandle_t lt = nullptr;
   std::size_t workspace_bytes = 0;
   int major = 0;  // compute capability
-  std::unordered_map<void*, Storage> workspaces;  // by cudaStream_t
   std::unordered_map<LtKey, std::unique_ptr<LtPlan>, LtKeyHash> plans;
 };
 
@@ -204,18 +205,33 @@ void ensure_handle(DeviceBlas& blas, int device) {
   blas.workspace_bytes = (blas.major >= 9 ? 32u : 4u) << 20;
 }
 
-// The workspace of this call's stream (called with blas.mutex held).
-void* workspace_for(DeviceBlas& blas, int device, const StreamPtr& stream) {
-  if (capture_underway(device)) {
-    // Under CUDA graph capture: a workspace of the graph's own (cuBLAS must not allocate
-    // while capturing, and a replay on another stream must not share eager work's one).
-    return capture_blas_workspace(device, *stream, blas.workspace_bytes);
+// The workspace of a call on `stream` (used with blas.mutex held): taken from the stream's
+// pool for the call, only the bytes the chosen algorithm needs (get(n); often none), and
+// released once the call is enqueued (stream-ordered: the next product on that stream gets the
+// same block back, with no CUDA call). Nothing is held between products, so the memory that
+// the caller's peak counts is what the products at that moment use (a workspace of 32 MiB
+// kept for good by each stream cost the GPT's TF32 step 32 MiB of peak, more than PyTorch's).
+// Under a graph capture: one of the graph's own, of blas.workspace_bytes (cuBLAS must not
+// allocate while capturing, and a replay on another stream must not share eager work's one).
+struct Workspace {
+  DeviceBlas& blas;
+  int device;
+  const StreamPtr& stream;
+  void* fixed = nullptr;
+  Storage held;
+
+  Workspace(DeviceBlas& b, int d, const StreamPtr& s) : blas(b), device(d), stream(s) {
+    if (capture_underway(device)) fixed = capture_blas_workspace(device, *stream, blas.workspace_bytes);
   }
-  auto ws = blas.workspaces.find(stream->handle);
-  if (ws == blas.workspaces.end())
-    ws = blas.workspaces.emplace(stream->handle, allocate_device(blas.workspace_bytes, device, stream)).first;
-  return ws->second.data();
-}
+  // A workspace of at least `bytes` (<= blas.workspace_bytes), of size() bytes (none: nullptr
+  // and 0; a pointer and its size always go together, as cuBLAS checks).
+  void* get(std::size_t bytes) {
+    if (fixed) return fixed;
+    if (held.nbytes() < bytes) held = allocate_device(bytes, device, stream);
+    return held.data();
+  }
+  std::size_t size() const { return fixed ? blas.workspace_bytes : held.nbytes(); }
+};
 
 // The epilogues with an aux matrix (GemmArgs::aux): the GELU pre-activation written.
 bool uses_aux(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
@@ -337,7 +353,7 @@ int fastest_candidate(DeviceBlas& blas, const Call& call, LtPlan& plan, cublasLt
 // of candidates) on first use. `vector` is the epilogue's bias or bias-gradient pointer
 // (nullptr for none). Called with blas.mutex held.
 LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, const void* vector,
-                void* workspace, const StreamPtr& stream) {
+                Workspace& workspace, const StreamPtr& stream) {
   const GemmArgs& g = call.g;
   const std::int64_t size = static_cast<std::int64_t>(itemsize(g.dtype));
   const std::int64_t out_size = static_cast<std::int64_t>(itemsize(out_dtype(g)));
@@ -423,12 +439,13 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
   int chosen = 0;
   float best_ms = -1, first_ms = -1;
   if (status == CUBLAS_STATUS_SUCCESS && count > 1 && tune) {
-    const int fastest = fastest_candidate(blas, call, *plan, epilogue, vector, results.data(), count, workspace,
-                                          stream, best_ms, first_ms);
+    const int fastest = fastest_candidate(blas, call, *plan, epilogue, vector, results.data(), count,
+                                          workspace.get(blas.workspace_bytes), stream, best_ms, first_ms);
     if (fastest > 0) chosen = fastest;
   }
   if (status == CUBLAS_STATUS_SUCCESS && count > 0 && results[chosen].state == CUBLAS_STATUS_SUCCESS) {
     plan->algo = results[chosen].algo;
+    plan->workspace = results[chosen].workspaceSize;
     plan->usable = true;
   } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED &&
              status != CUBLAS_STATUS_INVALID_VALUE && status != CUBLAS_STATUS_ARCH_MISMATCH) {
@@ -453,7 +470,7 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
 // C (and the epilogue) by cuBLASLt; false when Lt has no kernel for the case (nothing enqueued).
 // Called with blas.mutex held.
 bool lt_matmul(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, const void* vector,
-               void* workspace, const StreamPtr& stream_ptr) {
+               Workspace& workspace, const StreamPtr& stream_ptr) {
   LtPlan& plan = lt_plan(blas, call, epilogue, vector, workspace, stream_ptr);
   const auto stream = static_cast<cudaStream_t>(stream_ptr->handle);
   if (!plan.usable) return false;
@@ -464,9 +481,9 @@ bool lt_matmul(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, 
   if (uses_aux(epilogue))
     BRRR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
                                                      sizeof(g.aux)));
-  const cublasStatus_t status =
-      cublasLtMatmul(blas.lt, plan.desc, call.alpha, g.b, plan.x, g.a, plan.y, call.beta, g.c, plan.c, g.c, plan.c,
-                     &plan.algo, workspace, blas.workspace_bytes, stream);
+  void* ws = workspace.get(plan.workspace);  // (before size(), which it may change)
+  const cublasStatus_t status = cublasLtMatmul(blas.lt, plan.desc, call.alpha, g.b, plan.x, g.a, plan.y, call.beta,
+                                               g.c, plan.c, g.c, plan.c, &plan.algo, ws, workspace.size(), stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching: cuBLAS's path instead
     plan.usable = false;
     return false;
@@ -476,10 +493,11 @@ bool lt_matmul(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue, 
 }
 
 // C by cublasGemmStridedBatchedEx (k == 0 included: C = beta C). Called with blas.mutex held.
-void blas_gemm(DeviceBlas& blas, const Call& call, void* workspace, cudaStream_t stream) {
+void blas_gemm(DeviceBlas& blas, const Call& call, Workspace& workspace, cudaStream_t stream) {
   const GemmArgs& g = call.g;
   BRRR_CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
-  BRRR_CUBLAS_CHECK(cublasSetWorkspace(blas.handle, workspace, blas.workspace_bytes));
+  void* ws = workspace.get(blas.workspace_bytes);
+  BRRR_CUBLAS_CHECK(cublasSetWorkspace(blas.handle, ws, workspace.size()));
   const std::int64_t ldc = g.n;
   const long long stride_x = g.b_batch_stride, stride_y = g.a_batch_stride, stride_c = g.m * g.n;
   const cudaDataType type = call.types.type;
@@ -638,7 +656,7 @@ void CudaBackend::gemm(const GemmArgs& g) {
                       blas_operand("a", kg.m, kg.k, kg.a_row_stride, kg.a_col_stride),
                       f64 ? static_cast<const void*>(&alpha64) : &alpha32,
                       f64 ? static_cast<const void*>(&beta64) : &beta32};
-      void* workspace = workspace_for(blas, g.device, stream);
+      Workspace workspace(blas, g.device, stream);
       const bool lt_sizes = g.k > 0 && fits_int(g.batch) && fits_int(g.m) && fits_int(g.n) && fits_int(g.k);
       cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
       const void* vector = nullptr;

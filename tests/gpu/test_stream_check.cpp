@@ -612,3 +612,59 @@ TEST_CASE("copies between two GPUs are ordered on both sides (needs 2 devices)")
   cuda::synchronize(d0);
   cuda::synchronize(d1);
 }
+
+// Linear's weight and bias gradients run on a side stream during backward (backend::SideWork,
+// ops/matmul.cpp): every later reader must wait for them. Here each kind of reader meets them
+// under the stream check, which throws Error(stream) for an unordered access: the sum of a
+// tied weight's two gradients inside the pass, a tensor hook and a post-accumulate hook on
+// the current stream, an optimizer step after the pass, and a user stream ordered after the
+// current one. The values match the CPU's.
+TEST_CASE("stream check: weight gradients made on the side stream are ordered before every use") {
+  Device dev = gpu();
+  Tensor x_cpu = randn({256, 64}), x2_cpu = randn({256, 64}), w_cpu = randn({48, 64}), b_cpu = randn({48});
+  struct Result {
+    Tensor w_grad, b_grad, hook_sum, w_after_step, on_user_stream;
+  };
+  const auto run = [&](Device d) {
+    Tensor x = x_cpu.to(d), x2 = x2_cpu.to(d);
+    Tensor w = w_cpu.to(d).clone(), b = b_cpu.to(d).clone();  // fresh leaves on every run
+    w.requires_grad_();
+    b.requires_grad_();
+    Result r;
+    auto h1 = w.register_hook([](const Tensor& g) { return g * 2.0; });  // reads the summed gradient
+    auto h2 = w.register_post_accumulate_grad_hook([&](const Tensor& p) { r.hook_sum = p.grad().sum(); });
+    // w and b are used twice: their two gradients are summed inside the pass.
+    Tensor loss = (linear(x, w, b) * linear(x2, w, b)).mean();
+    loss.backward();
+    r.w_grad = w.grad();
+    r.b_grad = b.grad();
+    optim::SGD opt({w, b}, {.lr = 0.1});
+    opt.step();
+    r.w_after_step = w.detach().clone();
+    if (d.is_cuda()) {
+      cuda::Stream user = cuda::Stream::create(d);
+      user.wait_stream(cuda::current_stream(d));
+      {
+        cuda::StreamGuard g(user);
+        r.on_user_stream = b.grad() * 3.0;
+      }
+      cuda::current_stream(d).wait_stream(user);  // before b.grad() is freed on the current stream
+    } else {
+      r.on_user_stream = b.grad() * 3.0;
+    }
+    return r;
+  };
+  const Result cpu = run(Device::cpu());
+  Result gpu_r;
+  {
+    cuda::StreamCheckGuard check(true);
+    for (int i = 0; i < 3; ++i) gpu_r = run(dev);  // later rounds reuse the earlier rounds' memory
+    cuda::synchronize(dev);
+  }
+  const testing::CloseOptions tol{.rtol = 1e-4, .atol = 1e-5};
+  testing::assert_close(gpu_r.w_grad, cpu.w_grad, tol);
+  testing::assert_close(gpu_r.b_grad, cpu.b_grad, tol);
+  testing::assert_close(gpu_r.hook_sum, cpu.hook_sum, tol);
+  testing::assert_close(gpu_r.w_after_step, cpu.w_after_step, tol);
+  testing::assert_close(gpu_r.on_user_stream, cpu.on_user_stream, tol);
+}
