@@ -42,6 +42,23 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
     explicit CallbackScope(std::vector<std::function<void()>>* mine) { current_callbacks = mine; }
     ~CallbackScope() { current_callbacks = outer; }
   } callback_scope(&callbacks);
+  // Work the pass moved to side streams (weight gradients: backend::SideWork) is joined when
+  // the pass ends, so that what follows on the current streams sees every gradient; also when
+  // it throws (a graph capture must not end with the side stream forked).
+  struct SideJoin {
+    bool done = false;
+    void join() {
+      done = true;
+      backend::join_side_work();
+    }
+    ~SideJoin() {
+      if (done) return;
+      try {
+        backend::join_side_work();
+      } catch (...) {  // unwinding already: the first error is the one to report
+      }
+    }
+  } side_join;
 
   // Roots and their initial gradients.
   std::vector<std::pair<Edge, Tensor>> roots;
@@ -128,9 +145,7 @@ std::vector<Tensor> run_backward(const std::vector<Tensor>& outputs, const std::
       if (--deps[e.node.get()] == 0) ready.push(e.node.get());
     }
   }
-  // Work the pass moved to side streams (weight gradients: backend::SideWork) is joined here,
-  // so that what follows the pass on the current streams sees every gradient.
-  backend::join_side_work();
+  side_join.join();
   for (std::size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();  // a callback may queue more
   return captured;
 }

@@ -150,6 +150,7 @@ void graph_capture_begin(GraphImpl& g, const StreamPtr& stream) {
   g.capturing = true;
   current_capture = &g;
   set_capturing_on_this_thread(true);
+  note_side_capture_begin(g.device);
   // Draws inside count from 0: their offsets are relative to the state at each replay.
   generator(Device::cuda(g.device)).offset = 0;
 }

@@ -258,8 +258,9 @@ struct SideRegistry {
   std::mutex mutex;
   std::uint64_t next_seq = 0;
   std::unordered_map<std::uint32_t, StreamPtr> side_by_slot;
-  std::unordered_map<std::uint32_t, std::uint64_t> latest;  // side slot -> its newest work
+  std::unordered_map<std::uint32_t, std::uint64_t> latest;  // side slot -> its newest enqueued work
   std::unordered_map<std::uint64_t, std::uint64_t> joined;  // (waiter slot << 32 | side slot) -> seq
+  std::unordered_map<int, std::uint64_t> capture_floor;     // device -> the last seq before its capture
 };
 SideRegistry& side_registry() {
   static auto* r = new SideRegistry;  // never destroyed, as slots()
@@ -277,12 +278,17 @@ std::uint64_t join_key(std::uint32_t waiter, std::uint32_t side) {
   return static_cast<std::uint64_t>(waiter) << 32 | side;
 }
 
-// `waiter` waits for everything `side` has enqueued, unless it already waited for `seq`.
+// `waiter` waits for everything `side` has enqueued, unless it already waited for `seq`. Under
+// a graph capture on the waiter's device, side work enqueued before the capture began is not
+// waited for: a capture cannot wait for an event outside it, and that work is ordered like
+// any other eager work enqueued before the capture (the pass that made it joined it).
 void join_locked_out(const StreamState& waiter, const StreamPtr& side, std::uint64_t seq) {
   SideRegistry& r = side_registry();
+  const bool capturing = capture_underway(waiter.device);
   std::uint64_t latest;
   {
     std::lock_guard lock(r.mutex);
+    if (capturing && seq <= r.capture_floor[waiter.device]) return;
     auto it = r.joined.find(join_key(waiter.slot, side->slot));
     if (it != r.joined.end() && it->second >= seq) return;
     latest = r.latest[side->slot];
@@ -332,14 +338,25 @@ SideWork::SideWork(int device) : main_(current_stream(device)) {
     std::lock_guard lock(r.mutex);
     const std::uint64_t seq = ++r.next_seq;
     r.side_by_slot[side_->slot] = side_;
-    r.latest[side_->slot] = seq;
     ticket_ = static_cast<std::uint64_t>(side_->slot) << kTicketShift | seq;
   }
   wait_stream(*side_, *main_);
   set_current_stream(side_);
 }
 
-SideWork::~SideWork() { set_current_stream(main_); }
+SideWork::~SideWork() {
+  // The work is enqueued now: a stream that waits for the side stream from here on is ordered
+  // after it (published only now, so that a waiter on another thread never records it as
+  // waited for when its event came before the work).
+  {
+    SideRegistry& r = side_registry();
+    std::lock_guard lock(r.mutex);
+    std::uint64_t& latest = r.latest[side_->slot];
+    const std::uint64_t seq = ticket_ & ((std::uint64_t(1) << kTicketShift) - 1);
+    if (latest < seq) latest = seq;
+  }
+  set_current_stream(main_);
+}
 
 void SideWork::reads(const Storage& storage) const {
   if (!storage.device().is_cuda()) return;
@@ -349,6 +366,15 @@ void SideWork::reads(const Storage& storage) const {
 
 void SideWork::writes(const Storage& storage) const {
   if (stream_check::AccessLog* log = storage.access_log()) log->set_side_ticket(ticket_);
+  // Freed before any stream touched it (autograd::grad leaving a weight's gradient unused, an
+  // exception in the pass), the block waits for the side stream before its pool reuses it.
+  reads(storage);
+}
+
+void note_side_capture_begin(int device) {
+  SideRegistry& r = side_registry();
+  std::lock_guard lock(r.mutex);
+  r.capture_floor[device] = r.next_seq;
 }
 
 void join_side_work() {

@@ -25,6 +25,8 @@ module;
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "backend/stream_check.hpp"
 module brrr.dist;
 import brrr.tensor;
 #ifdef BRRR_HAVE_NCCL
@@ -169,6 +171,12 @@ public:
                                              std::to_string(device_) + ", the tensor " + describe(t) + " is not");
     Device dev = Device::cuda(device_);
     cuda::Stream current = cuda::current_stream(dev);
+    // Gradients still being written on a side stream (backend::SideWork: a hook reducing a
+    // weight's gradient during backward) are waited for by the caller's stream first.
+    for (const auto* list : {&c.inputs, &c.outputs})
+      for (const Tensor& t : *list)
+        if (const stream_check::AccessLog* log = t.storage().access_log(); log && log->side_ticket() != 0)
+          backend::join_side_ticket(*current.state(), log->side_ticket());
     cuda::Event ready(false);
     ready.record(current);
     stream_->wait(ready);  // the inputs are written by work already enqueued on the caller's stream

@@ -236,6 +236,9 @@ private:
 bool side_work_enabled();
 /// Makes each device's current stream wait for the side work this thread enqueued on it.
 void join_side_work();
+/// A graph capture begins on cuda:`device` (graph_capture_begin): side work enqueued before
+/// is not waited for inside it.
+void note_side_capture_begin(int device);
 /// An Operand of `t` for note_access only (never for a kernel): like input()/output(), but a
 /// tensor of more than max_dims dims is described by its element count instead of throwing.
 Operand tracked(const Tensor& t, const char* op);

@@ -668,3 +668,28 @@ TEST_CASE("stream check: weight gradients made on the side stream are ordered be
   testing::assert_close(gpu_r.w_after_step, cpu.w_after_step, tol);
   testing::assert_close(gpu_r.on_user_stream, cpu.on_user_stream, tol);
 }
+
+// autograd::grad for x alone still computes w's gradient (w requires grad) on the side stream
+// and drops it inside the pass, before any stream touched it: its block must wait for the side
+// stream before the current stream reuses it (the allocations that follow would otherwise
+// race the GEMM still writing there). Checked by the stream check's free rule and by values.
+TEST_CASE("stream check: a side-stream weight gradient dropped inside autograd::grad is not reused early") {
+  Device dev = gpu();
+  Tensor x_cpu = randn({512, 96}), w_cpu = randn({128, 96});
+  const auto run = [&](Device d) {
+    Tensor x = x_cpu.to(d).clone(), w = w_cpu.to(d).clone();
+    x.requires_grad_();
+    w.requires_grad_();
+    Tensor h = linear(x, w);
+    Tensor loss = (linear(h.tanh(), w.t().contiguous()) * 0.5).pow(2.0).mean();  // [512, 96]
+    return autograd::grad({loss}, {x})[0];
+  };
+  const Tensor cpu = run(Device::cpu());
+  Tensor gx;
+  {
+    cuda::StreamCheckGuard check(true);
+    for (int i = 0; i < 3; ++i) gx = run(dev);
+    cuda::synchronize(dev);
+  }
+  testing::assert_close(gx, cpu, {.rtol = 1e-4, .atol = 1e-5});
+}

@@ -123,7 +123,11 @@ inline Results softmax_random_rows(Device dev, DType dt, std::int64_t cols, std:
         for (std::size_t c = 0; c < ucols; ++c)
           want[b + c] = log ? g[b + c] - std::exp(y[b + c]) * s : y[b + c] * (g[b + c] - s);
       }
-      expect(xl.grad(), want, dt == DType::f64 ? Tol{1e-10, 1e-12} : Tol{1e-4, 2e-6}, op);
+      // f32: the row sum of g (4100 terms) carries ~1e-5 of rounding, which a row whose max
+      // holds most of the probability passes on almost whole: the absolute tolerance grows
+      // with the row (BRRR_NUM_THREADS=16, seed 1040140727: 7.8e-6 off at 4100 columns).
+      const double f32_atol = 2e-6 + 5e-9 * static_cast<double>(cols);
+      expect(xl.grad(), want, dt == DType::f64 ? Tol{1e-10, 1e-12} : Tol{1e-4, f32_atol}, op);
       out.push_back({op, xl.grad()});
     }
   }
