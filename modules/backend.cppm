@@ -191,6 +191,9 @@ const StreamState& current_stream_state(int device);
 
 /// The checked path of note_access (the stream check is on). Throws Error(stream).
 void check_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind);
+/// The out-of-line part of note_access for bytes written by side-stream work (SideWork):
+/// `stream` waits for that work unless it is the side stream or has waited for it already.
+void join_side_ticket(const StreamState& stream, std::uint64_t ticket);
 /// THE hook: every tensor of every piece of device work brrr enqueues passes here first,
 /// with the stream that will run it and whether the work reads or writes it. Kernel launches
 /// reach it through input()/output() (and input_data()/output_data() for gemm and optimizer
@@ -198,10 +201,7 @@ void check_access(const StreamState& stream, const Operand& o, stream_check::Acc
 /// without a stream record (CPU heap memory) or without elements are skipped. Always: a write
 /// makes `stream` a writer of the storage (host reads wait for it). With the check on: throws
 /// Error(stream) for an access not ordered after a conflicting one on another stream, before
-/// anything is enqueued.
-/// The out-of-line part of note_access for bytes written by side-stream work (SideWork):
-/// `stream` waits for that work unless it is the side stream or has waited for it already.
-void join_side_ticket(const StreamState& stream, std::uint64_t ticket);
+/// anything is enqueued. Bytes that side-stream work wrote (a ticket) are first waited for.
 inline void note_access(const StreamState& stream, const Operand& o, stream_check::AccessKind kind) {
   if (!o.log || o.numel == 0) return;
   if (const std::uint64_t ticket = o.log->side_ticket()) [[unlikely]] join_side_ticket(stream, ticket);
