@@ -135,7 +135,7 @@ public:
   void set_host_pending(bool pending) noexcept { host_pending_.store(pending, std::memory_order_relaxed); }
   bool host_pending() const noexcept { return host_pending_.load(std::memory_order_relaxed); }
 
-  /// Written by deferred side-stream work (backend::run_on_side_stream): `ticket` (> 0) names
+  /// Written by deferred side-stream work (backend::SideWork): `ticket` (> 0) names
   /// that work; any other stream that touches these bytes first waits for it (note_access).
   void set_side_ticket(std::uint64_t ticket) noexcept { side_ticket_.store(ticket, std::memory_order_relaxed); }
   std::uint64_t side_ticket() const noexcept { return side_ticket_.load(std::memory_order_relaxed); }
