@@ -3,9 +3,12 @@
 // flat loop. Otherwise the dims contiguous in both operands are merged first; what is left as
 // rows (the last dim contiguous on both sides, e.g. cat along the last dim, a slice of columns,
 // one head's part of a projection) copies row by row, 16 bytes per thread where the row length,
-// the row strides and the pointers allow it; everything else computes both offsets from the
-// row-major index.
+// the row strides and the pointers allow it; a transpose (at most one batch dim left, dst's last
+// dim contiguous and src's second-to-last, e.g. `x.t().contiguous()` or a weight copied K-major
+// for a TF32 GEMM) goes through 32 x 32 tiles in shared memory, so that both the reads and the
+// writes are coalesced; everything else computes both offsets from the row-major index.
 #include <cstdint>
+#include <utility>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/pack.cuh"
@@ -70,6 +73,35 @@ __global__ void copy_rows(D* __restrict__ dst, const S* __restrict__ src, std::i
   }
 }
 
+// dst[b][i][j] = src[b][i][j] for i < rows, j < cols, b = blockIdx.z: dst has unit stride along
+// j (ds_i, ds_b the others), src along i (ss_j, ss_b). A CTA of 32 x 8 threads moves a 32 x 32
+// tile: it reads src's 32 columns of 32 contiguous i (each warp one j), and writes dst's rows
+// of 32 contiguous j, through shared memory (pitch 33: the column reads hit 32 banks).
+template <class D, class S>
+__global__ void __launch_bounds__(256) copy_transpose(D* __restrict__ dst, const S* __restrict__ src, int rows, int cols,
+                                                    std::int64_t ds_i, std::int64_t ds_b, std::int64_t ss_j,
+                                                    std::int64_t ss_b) {
+  __shared__ S tile[32][33];
+  const int i0 = static_cast<int>(blockIdx.y) * 32, j0 = static_cast<int>(blockIdx.x) * 32;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  src += static_cast<std::int64_t>(blockIdx.z) * ss_b;
+  dst += static_cast<std::int64_t>(blockIdx.z) * ds_b;
+#pragma unroll
+  for (int r = ty; r < 32; r += 8) {
+    const int i = i0 + tx, j = j0 + r;
+    if (i < rows && j < cols) tile[r][tx] = src[static_cast<std::int64_t>(j) * ss_j + i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = ty; r < 32; r += 8) {
+    const int i = i0 + r, j = j0 + tx;
+    if (i < rows && j < cols) {
+      if constexpr (std::is_same_v<D, S>) dst[static_cast<std::int64_t>(i) * ds_i + j] = tile[tx][r];
+      else dst[static_cast<std::int64_t>(i) * ds_i + j] = narrow_to<D>(widen(tile[tx][r]));
+    }
+  }
+}
+
 // Launches copy_rows with the widest V (16 bytes of the wider type, down to 1) the geometry allows.
 template <class D, class S>
 void launch_rows(const Operand& dst, const Operand& src, std::int64_t rows, std::int64_t cols, std::int64_t ds,
@@ -119,6 +151,18 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
   // Rows: at most two dims left, the last with unit stride on both sides.
   const bool rows = !contiguous && dst.ndim >= 1 && dst.ndim <= 2 && dst.strides[dst.ndim - 1] == 1 &&
                     src.strides[src.ndim - 1] == 1;
+  // A transpose: [batch,] rows, cols with dst unit-strided along cols and src along rows (the
+  // last two dims of both swapped first where it is the other way round: the copy is the same).
+  const int nd = dst.ndim;
+  if (!contiguous && !rows && (nd == 2 || nd == 3) && dst.strides[nd - 2] == 1 && src.strides[nd - 1] == 1)
+    for (Operand* o : {&dst, &src}) {
+      std::swap(o->sizes[nd - 2], o->sizes[nd - 1]);
+      std::swap(o->strides[nd - 2], o->strides[nd - 1]);
+    }
+  const bool transpose = !contiguous && !rows && (nd == 2 || nd == 3) && dst.strides[nd - 1] == 1 &&
+                         src.strides[nd - 2] == 1 && dst.sizes[nd - 2] <= INT32_MAX - 32 &&
+                         dst.sizes[nd - 1] <= INT32_MAX - 32 && (nd == 2 || dst.sizes[0] <= 65535) &&
+                         (dst.sizes[nd - 2] + 31) / 32 <= 65535;  // (gridDim.y and .z limits)
   dispatch(dst.dtype, [&]<class D>(D*) {
     dispatch(src.dtype, [&]<class S>(S*) {
       constexpr int V = 16 / (sizeof(D) > sizeof(S) ? sizeof(D) : sizeof(S));
@@ -134,6 +178,14 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
         launch_rows<D, S>(dst, src, dst.sizes[0], dst.sizes[1], dst.strides[0], src.strides[0], st);
       else if (rows)
         launch_rows<D, S>(dst, src, 1, dst.sizes[0], 0, 0, st);
+      else if (transpose) {
+        const std::int64_t r = dst.sizes[nd - 2], c = dst.sizes[nd - 1], batch = nd == 3 ? dst.sizes[0] : 1;
+        const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>((r + 31) / 32),
+                        static_cast<unsigned>(batch));
+        copy_transpose<D, S><<<grid, dim3(32, 8), 0, st>>>(
+            static_cast<D*>(dst.data), static_cast<const S*>(src.data), static_cast<int>(r), static_cast<int>(c),
+            dst.strides[nd - 2], nd == 3 ? dst.strides[0] : 0, src.strides[nd - 1], nd == 3 ? src.strides[0] : 0);
+      }
       else
         copy_strided<D, S><<<blocks_for(dst.numel), 256, 0, st>>>(dst, src);
     });

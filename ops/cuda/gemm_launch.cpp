@@ -553,28 +553,12 @@ bool lt_default_enabled() {
   return on;
 }
 
-// dst (column-major [r, c], leading dimension r) = src^T, src column-major [c, r] with leading
-// dimension ld, by cublasSgeam on `stream` (a tiled transpose, where the generic strided copy
-// does a div/mod per element). False, with nothing enqueued, where geam's int
-// sizes or ld >= c do not hold. Called with blas.mutex held.
-bool geam_transpose(DeviceBlas& blas, cudaStream_t stream, float* dst, const float* src, std::int64_t r,
-                    std::int64_t c, std::int64_t ld) {
-  if (!fits_int(r) || !fits_int(c) || !fits_int(ld) || ld < c) return false;
-  const float one = 1.0f, zero = 0.0f;
-  BRRR_CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
-  // beta = 0: B is not read (cuBLAS docs, "cublas<t>geam"), src is passed as a valid pointer anyway
-  BRRR_CUBLAS_CHECK(cublasSgeam(blas.handle, CUBLAS_OP_T, CUBLAS_OP_T, static_cast<int>(r), static_cast<int>(c),
-                                &one, src, static_cast<int>(ld), &zero, src, static_cast<int>(ld), dst,
-                                static_cast<int>(r)));
-  return true;
-}
-
 // TF32 on Hopper: wgmma reads 32-bit operands from shared memory K-major only (PTX ISA,
 // "wgmma.mma_async": the transpose flags are for 16-bit types), so cuBLASLt runs a product
 // with a K-strided operand on older kernels. B of x W with W [k, n] row-major (linear's input
 // gradient, dY W) is one. A small such operand, at most an eighth of the other's elements,
-// is copied K-major first (a weight: a few microseconds; geam_transpose where the operand's
-// other dimension is unit-stride, else the backend's strided copy); a large one is left as it
+// is copied K-major first (a weight: a few microseconds; the backend's copy, whose transpose
+// path moves 32 x 32 tiles through shared memory); a large one is left as it
 // is, which keeps the weight gradients' dY^T X as cuBLAS runs it. `g` then points at the
 // copies, which live in `b_copy`, `a_copy` (stream-ordered, so freed safely after the product
 // is enqueued). Called with blas.mutex held.
@@ -583,24 +567,21 @@ void kmajor_copies(CudaBackend& backend, DeviceBlas& blas, GemmArgs& g, const St
   if (g.dtype != DType::f32 || !g.allow_tf32 || g.f32_out || g.batch != 1 || blas.major < 9 || g.k <= 1 ||
       !kmajor_enabled())
     return;
-  auto raw = static_cast<cudaStream_t>(stream->handle);
   const std::int64_t a_numel = g.m * g.k, b_numel = g.k * g.n;
   if (g.n > 1 && g.b_row_stride != 1 && 8 * b_numel <= a_numel) {  // B [k, n] into column-major
     b_copy = allocate_device(static_cast<std::size_t>(b_numel) * sizeof(float), g.device, stream);
     auto* dst = static_cast<float*>(b_copy.data());
     const auto* src = static_cast<const float*>(g.b);
-    if (g.b_col_stride != 1 || !geam_transpose(blas, raw, dst, src, g.k, g.n, g.b_row_stride))
-      backend.copy(operand(dst, DType::f32, g.device, {g.k, g.n}, {1, g.k}),
-                   operand(const_cast<float*>(src), DType::f32, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride}));
+    backend.copy(operand(dst, DType::f32, g.device, {g.k, g.n}, {1, g.k}),
+                 operand(const_cast<float*>(src), DType::f32, g.device, {g.k, g.n}, {g.b_row_stride, g.b_col_stride}));
     g.b = dst, g.b_row_stride = 1, g.b_col_stride = g.k;
   }
   if (g.m > 1 && g.a_col_stride != 1 && 8 * a_numel <= b_numel) {  // A [m, k] into row-major
     a_copy = allocate_device(static_cast<std::size_t>(a_numel) * sizeof(float), g.device, stream);
     auto* dst = static_cast<float*>(a_copy.data());
     const auto* src = static_cast<const float*>(g.a);
-    if (g.a_row_stride != 1 || !geam_transpose(blas, raw, dst, src, g.k, g.m, g.a_col_stride))
-      backend.copy(operand(dst, DType::f32, g.device, {g.m, g.k}, {g.k, 1}),
-                   operand(const_cast<float*>(src), DType::f32, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride}));
+    backend.copy(operand(dst, DType::f32, g.device, {g.m, g.k}, {g.k, 1}),
+                 operand(const_cast<float*>(src), DType::f32, g.device, {g.m, g.k}, {g.a_row_stride, g.a_col_stride}));
     g.a = dst, g.a_row_stride = g.k, g.a_col_stride = 1;
   }
 }

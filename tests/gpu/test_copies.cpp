@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/gpu/gpu_helpers.hpp"
@@ -141,6 +142,56 @@ TEST_CASE("copies: non-contiguous device tensors reach the host with the right v
   Tensor rows = zeros({24, 40}, {.device = dev});
   rows.copy_(row);
   CHECK(rows.select(0, 17).to_host<float>() == row.to_host<float>());
+}
+
+TEST_CASE("copies: transposed copies (the tiled path) equal the CPU's for every shape and dtype") {
+  // ops/cuda/copy.cu moves [batch,] rows x cols transposes through 32 x 32 tiles: shapes below,
+  // at and past a tile, not multiples of 32, batched, from sliced (padded) sources, into a
+  // transposed destination, and with a dtype conversion; each against the CPU, exactly.
+  Device dev = gpu();
+  const std::uint64_t seed = test::fresh_seed();
+  INFO("seed = ", seed, " (replay with BRRR_TEST_SEED)");
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-100.0, 100.0);
+  const auto values = [&](Shape shape) {
+    std::int64_t n = 1;
+    for (std::int64_t s : shape) n *= s;
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (double& x : v) x = u(rng);
+    return Tensor::from_vector(v, shape);
+  };
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{1, 7}, {5, 3}, {32, 32}, {33, 31}, {64, 96},
+                                                                     {384, 1536}, {1000, 3}, {3, 1000}, {129, 257}};
+  for (auto [r, c] : shapes) {
+    for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i64, DType::boolean}) {
+      CAPTURE(r);
+      CAPTURE(c);
+      CAPTURE(to_string(t));
+      Tensor h = values({r, c}).to(t);
+      Tensor d = h.to(dev);
+      CHECK(bytes_of(d.t().contiguous().to(Device::cpu())) == bytes_of(h.t().contiguous()));
+      // Into a transposed destination (the unit stride on the other dim of each side).
+      Tensor into = zeros({c, r}, {.dtype = t, .device = dev});
+      into.t().copy_(d);
+      CHECK(bytes_of(into.to(Device::cpu())) == bytes_of(h.t().contiguous()));
+    }
+    // A sliced source (leading dimension past the rows), converting f32 -> bf16 and bf16 -> f32.
+    Tensor h = values({r + 5, c + 3}).to(DType::f32);
+    Tensor hs = h.slice(0, 2, 2 + r).slice(1, 1, 1 + c);
+    Tensor ds = h.to(dev).slice(0, 2, 2 + r).slice(1, 1, 1 + c);
+    CHECK(bytes_of(ds.t().to(DType::bf16).to(Device::cpu())) == bytes_of(hs.t().to(DType::bf16)));
+    Tensor hb = hs.to(DType::bf16);
+    CHECK(bytes_of(hb.to(dev).t().to(DType::f32).to(Device::cpu())) == bytes_of(hb.t().to(DType::f32)));
+  }
+  // Batched: [B, R, C] -> [B, C, R], and a batch dim with its own stride (a slice of batches).
+  for (std::int64_t b : {1, 3, 70}) {
+    CAPTURE(b);
+    Tensor h = values({2 * b, 45, 70}).to(DType::f32);
+    Tensor d = h.to(dev);
+    CHECK(bytes_of(d.transpose(1, 2).contiguous().to(Device::cpu())) == bytes_of(h.transpose(1, 2).contiguous()));
+    Tensor dh = d.slice(0, 0, 2 * b, 2).transpose(1, 2).contiguous();
+    CHECK(bytes_of(dh.to(Device::cpu())) == bytes_of(h.slice(0, 0, 2 * b, 2).transpose(1, 2).contiguous()));
+  }
 }
 
 TEST_CASE("copies: to_host and item on views read exactly the view's elements") {
