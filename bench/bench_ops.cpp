@@ -78,6 +78,18 @@ void bandwidth(Device dev, Results& r) {
     r["softmax_65536x4096_f32_GBps"] =
         bench::gbps(2.0 * rows * cols * 4, bench::time_ms(dev, 3, 20, [&] { Tensor y = softmax(x, -1); }));
   }
+  {
+    // Transposed copies (x.t().contiguous()): a GPT weight (the TF32 GEMMs' K-major copy), 20
+    // per CUDA-event pair (us per copy), and a large matrix (GB/s of one read and one write).
+    Tensor w = randn({1536, 384}, {.device = dev});
+    r["transpose_1536x384_f32_us"] = 1e3 / 20 * bench::time_ms(dev, 3, 20, [&] {
+      for (int i = 0; i < 20; ++i) Tensor t = w.t().contiguous();
+    });
+    const std::int64_t n = 8192;
+    Tensor x = randn({n, n}, {.device = dev});
+    r["transpose_8192x8192_f32_GBps"] =
+        bench::gbps(2.0 * n * n * 4, bench::time_ms(dev, 3, 20, [&] { Tensor t = x.t().contiguous(); }));
+  }
 }
 
 // Issue 17's scans and sorts: cumsum (bandwidth: one read, one write) along rows of a

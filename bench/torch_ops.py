@@ -67,6 +67,17 @@ def bandwidth(dev, r):
     rows, cols = 65536, 4096
     x = torch.randn(rows, cols, device=dev)
     r["softmax_65536x4096_f32_GBps"] = gbps(2 * rows * cols * 4, time_ms(lambda: torch.softmax(x, -1), 3, 20))
+    del x
+    w = torch.randn(1536, 384, device=dev)
+
+    def twenty():
+        for _ in range(20):
+            w.t().contiguous()
+
+    r["transpose_1536x384_f32_us"] = 1e3 / 20 * time_ms(twenty, 3, 20)
+    n = 8192
+    x = torch.randn(n, n, device=dev)
+    r["transpose_8192x8192_f32_GBps"] = gbps(2 * n * n * 4, time_ms(lambda: x.t().contiguous(), 3, 20))
 
 
 def attention(dev, r):
