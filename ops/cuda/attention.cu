@@ -430,18 +430,21 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
   });
 }
 
-std::size_t attention_backward_workspace_bytes(const Operand& q) {
+std::size_t attention_backward_workspace_bytes(const Operand& q, bool allow_tf32, bool deterministic) {
   const std::size_t acc = q.dtype == DType::f64 ? sizeof(double) : sizeof(float);
-  return static_cast<std::size_t>(q.sizes[0] * q.sizes[1] * q.sizes[2]) * acc;
+  const std::size_t rows = static_cast<std::size_t>(q.sizes[0] * q.sizes[1] * q.sizes[2]);
+  if (on_tensor_cores(q.dtype, allow_tf32)) return attention_backward_mma_workspace_bytes(q, deterministic);
+  return rows * acc;
 }
 
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, const AttentionDropout& dropout, bool allow_tf32, void* workspace,
-                       void* stream) {
+                       bool causal, const AttentionDropout& dropout, bool allow_tf32, bool deterministic,
+                       void* workspace, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (on_tensor_cores(q.dtype, allow_tf32))
-    return attention_backward_mma(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, workspace, s);
+    return attention_backward_mma(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, deterministic,
+                                  workspace, s);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
     constexpr int rows = kThreads / (DMAX / kDpt);
