@@ -351,3 +351,25 @@ TEST_CASE("fused backward (dq by atomics, 32 < D <= 64) vs the deterministic two
         testing::assert_close(fused.dq.to(DType::f64), cpu.dq.to(DType::f64), tol(dt, cpu.dq.to(DType::f64), how));
       }
 }
+
+TEST_CASE("fused backward, small shapes (the sanitizers' case)") {
+  // One small shape per path of the fused backward (vector and scalar loads and atomics,
+  // dropout, causal, partial tiles) against the CPU composite: quick enough for
+  // compute-sanitizer's memcheck and racecheck.
+  FRESH_SEED();
+  DeterministicGuard off(false);
+  Tf32Guard tf32(true);
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Dims& c : {Dims{1, 2, 70, 70, 64}, Dims{1, 1, 40, 50, 40}})
+      for (bool causal : {false, true}) {
+        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)),
+             causal ? ", causal" : "");
+        Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
+        Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+        const SdpaOptions o{.dropout_p = causal ? 0.2 : 0.0, .is_causal = causal};
+        const QkvLayout lay = c.d == 40 ? QkvLayout::unaligned : QkvLayout::bthd;
+        const Result got = run(q, k, v, g, dt, gpu(), lay, o, seed_ + 5);
+        const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, seed_ + 5);
+        check_close(got, cpu, dt, "the f32 CPU composite", dt == DType::f32 ? Computed::attention_tf32 : Computed::attention);
+      }
+}
