@@ -430,11 +430,9 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
   });
 }
 
-std::size_t attention_backward_workspace_bytes(const Operand& q, bool allow_tf32, bool deterministic) {
+std::size_t attention_backward_workspace_bytes(const Operand& q) {
   const std::size_t acc = q.dtype == DType::f64 ? sizeof(double) : sizeof(float);
-  const std::size_t rows = static_cast<std::size_t>(q.sizes[0] * q.sizes[1] * q.sizes[2]);
-  if (on_tensor_cores(q.dtype, allow_tf32)) return attention_backward_mma_workspace_bytes(q, deterministic);
-  return rows * acc;
+  return static_cast<std::size_t>(q.sizes[0] * q.sizes[1] * q.sizes[2]) * acc;
 }
 
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,

@@ -34,7 +34,7 @@ void CudaBackend::attention_backward(const Operand& dq, const Operand& dk, const
                                               "forward's AttentionDropout::keep_bits (") + to_string(q.dtype) + ")");
   DeviceGuard g(dq.device);
   StreamPtr stream = current_stream(dq.device);
-  const std::size_t bytes = kernels::attention_backward_workspace_bytes(q, allow_tf32, deterministic);
+  const std::size_t bytes = kernels::attention_backward_workspace_bytes(q);
   Storage workspace = allocate_device(bytes > 0 ? bytes : 1, dq.device, stream);
   BRRR_CUDA_CHECK(kernels::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, allow_tf32,
                                               deterministic, workspace.data(), stream->handle));

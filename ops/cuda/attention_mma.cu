@@ -4,7 +4,7 @@
 // ldmatrix and cp.async. Same contract and semantics as the SIMT kernels of
 // ops/cuda/attention.cu (which keep f32/f64): lse is the natural log-sum-exp of the scaled
 // scores, the dropout mask is the same Philox words'. The backward is deterministic (dq, then
-// dk/dv) under set_deterministic and for D <= 32 or > 64; otherwise it is fused (below).
+// dk/dv) but for f32 with 32 < D <= 64 without set_deterministic, which is fused (below).
 //
 // Tiling. 4 warps (128 threads) per CTA; the CTA owns 64 rows (16 per warp): queries in the
 // forward and dQ kernels, keys in the dK/dV kernel, and loops over tiles of the other side:
@@ -27,12 +27,11 @@
 //   dkdv     grid (B*H) x key tiles (most query tiles first), launched after dq. Per query tile:
 //            S^T = K Q^T, dP^T = V dO^T (K, V fragments in registers for D <= 64 without dropout),
 //            dV += (P o Z)^T dO, dK += dS^T Q. Shared: K, V, 2 x Q, 2 x dO, 2 x lse, 2 x delta.
-//   fused    (32 < D <= 64, not deterministic; FlashAttention-2's algorithm 2) delta: delta_i
-//            and dq's f32 sums zeroed (dq itself for f32, the workspace for bf16/f16); then dkdv,
-//            which after dV and dK of each query tile stages dS in that tile's dO buffer and adds
-//            dS K (times scale) into dq's sums with atomics (float2 on sm_90); bf16/f16 sums are
-//            converted into dq by the backend's copy. Saves the dq kernel's recomputation of S
-//            and dP (5 products a tile pair instead of 7).
+//   fused    (f32 as TF32, 32 < D <= 64, not deterministic; FlashAttention-2's algorithm 2)
+//            delta: delta_i, and dq zeroed; then dkdv, which after dV and dK of each query tile
+//            stages dS in that tile's dO buffer and adds dS K (times scale) into dq with atomics
+//            (float2 on sm_90). Saves the dq kernel's recomputation of S and dP (5 products a
+//            tile pair instead of 7): 0.400 -> 0.361 ms for the GPT's forward + backward (H100).
 // Results go through the warp's own rows of a shared tile (Q, or K and V) to 16-byte stores.
 // Without the fused dq each output element is written by one thread, summed in a fixed order.
 // Shared memory (bytes, D = 32 / 64 / 128): forward 25600 / 46080 / 52224, dq 30720 / 55296 /
@@ -773,15 +772,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
 
 // ---- backward: dk, dv ------------------------------------------------------------------
 
-// The fused backward's dQ += dS K for one query tile of the dK/dV kernel (DMAX = 64): dS^T (this
-// warp's 16 keys x BQ queries, dp) goes to sds as [query][key] (f32: the keys of each 8 in
-// acc_to_a's k order, key 2u at column u and 2u + 1 at column u + 4, the order in which mma_ab
-// reads B), then warp w multiplies queries 16 (w % (BQ / 16)) .. + 15 of dS by its share of K's
+// The fused backward's dQ += dS K for one query tile of the f32 (TF32) dK/dV kernel (DMAX = 64):
+// dS^T (this warp's 16 keys x BQ queries, dp) goes to sds as [query][key], rounded, the keys of
+// each 8 in acc_to_a's k order (key 2u at column u and 2u + 1 at column u + 4, the order in which
+// mma_ab reads B), then warp w multiplies queries 16 (w % (BQ / 16)) .. + 15 of dS by its share of K's
 // dims (sk: [key][dim], rounded) and adds the products, times scale, into dq's f32 sums (rows
 // i0 + .., dims < D) with atomics. Entered by every thread of the CTA (two barriers).
 template <class T, int BQ>
 __device__ __forceinline__ void fused_dq(float* acc, std::int64_t st, T* sds, const T* sk, const float (&dp)[BQ / 8][4],
                                          int i0, const Dims& g, float scale, bool pairs, int warp, int lane) {
+  static_assert(kTf32<T>);
   constexpr int P = kPitch<T, 64>, NT = BQ / 8, QB = BQ / 16, DW = 64 / (kWarps / QB), DT = DW / 8;
   const int grp = lane / 4, tig = lane % 4;
   __syncthreads();  // every warp is done with this tile's dO (dV's product): dS takes its buffer
@@ -790,14 +790,8 @@ __device__ __forceinline__ void fused_dq(float* acc, std::int64_t st, T* sds, co
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int qi = 8 * nt + 2 * tig + (c & 1), kj = 16 * warp + grp + 8 * (c >> 1);
-      if constexpr (kTf32<T>) {
-        const int r = kj & 7;
-        sds[qi * P + ((kj & ~7) | (r & 1 ? 4 + (r >> 1) : r >> 1))] = __uint_as_float(to_tf32(dp[nt][c]));
-      } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        sds[qi * P + kj] = __float2bfloat16_rn(dp[nt][c]);
-      } else {
-        sds[qi * P + kj] = __float2half_rn(dp[nt][c]);
-      }
+      const int r = kj & 7;
+      sds[qi * P + ((kj & ~7) | (r & 1 ? 4 + (r >> 1) : r >> 1))] = __uint_as_float(to_tf32(dp[nt][c]));
     }
   __syncthreads();
   const int qb = warp % QB, d0 = (warp / QB) * DW;
@@ -835,7 +829,7 @@ template <class T> __device__ __forceinline__ float as_float(T x) {
 }
 
 // The fused backward's first launch: delta = rowsum(dO o O) (f32, from dO and O as stored) of
-// every query row into delta[(b H + h) L + i], and the row's dq sums (acc, f32) zeroed. A group
+// every query row into delta[(b H + h) L + i], and the row's dq sums (acc: dq) zeroed. A group
 // of DMAX / kVec lanes takes a row, kVec elements each (16-byte loads where vec).
 template <class T, int DMAX>
 __global__ void __launch_bounds__(256)
@@ -880,16 +874,16 @@ __global__ void __launch_bounds__(256)
   if (in && d == 0) delta[row] = s;
 }
 
-// FUSED (DMAX = 64; the fused backward): after dV and dK, each query tile's dQ += dS K too, dS
-// staged through the tile's dO buffer (free once dV's product is done; [BQ][P] holds BQ x 64 keys
-// at DMAX = 64) and added into dqa (f32, zeroed by mma_delta_kernel) with atomics; `pairs`: dqa's
-// rows and base allow 8-byte float2 atomics (sm_90).
+// FUSED (f32, DMAX = 64; the fused backward): after dV and dK, each query tile's dQ += dS K too,
+// dS staged through the tile's dO buffer (free once dV's product is done; [BQ][P] holds BQ x 64
+// keys at DMAX = 64) and added into dqa (dq, zeroed by mma_delta_kernel) with atomics; `pairs`:
+// dqa's rows and base allow 8-byte float2 atomics (sm_90).
 template <class T, int DMAX, bool DROP, bool FUSED>
 __global__ void __launch_bounds__(kThreads)
     mma_dkdv_kernel(Heads<T> dk, Heads<T> dv, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                     Heads<const T> v, const float* __restrict__ lse, const float* __restrict__ delta, Dims g,
                     float scale, float scale2, bool causal, Dropout drop, bool vec, Heads<float> dqa, bool pairs) {
-  static_assert(!FUSED || (DMAX == 64 && kBlock == 64));
+  static_assert(!FUSED || (DMAX == 64 && kBlock == 64 && kTf32<T>));
   constexpr int BQ = kQueriesDkdv<T, DMAX>;
   constexpr int P = kPitch<T, DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / kStep<T>, NT = BQ / 8;
   constexpr int OT = DMAX / 8;
@@ -1092,20 +1086,16 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
 }
 
 namespace {
-// The fused backward (no dq kernel: dK/dV adds dq with atomics) for 32 < D <= 64 unless deterministic.
+// The fused backward (no dq kernel: dK/dV adds into dq with atomics): f32 (TF32) with
+// 32 < D <= 64, unless deterministic. bf16/f16 took it too at first and were slower (the GPT's
+// attention 0.199 -> 0.226 ms forward + backward, the step 5.53 -> 5.98 ms, H100): their
+// two-kernel backward keeps K, V or Q, dO fragments in registers, and the fused one needs dq's
+// f32 sums zeroed and converted besides.
 bool fused_backward(const Operand& q, bool deterministic) {
-  return !deterministic && q.sizes[3] > 32 && q.sizes[3] <= 64;
-}
-std::size_t delta_bytes(const Operand& q) {
-  const auto bytes = static_cast<std::size_t>(q.sizes[0] * q.sizes[1] * q.sizes[2]) * sizeof(float);
-  return (bytes + 255) / 256 * 256;
+  return !deterministic && q.dtype == DType::f32 && q.sizes[3] > 32 && q.sizes[3] <= 64;
 }
 }  // namespace
 
-std::size_t attention_backward_mma_workspace_bytes(const Operand& q, bool deterministic) {
-  if (!fused_backward(q, deterministic) || q.dtype == DType::f32) return delta_bytes(q);  // (f32 adds into dq)
-  return delta_bytes(q) + static_cast<std::size_t>(q.sizes[0] * q.sizes[1] * q.sizes[2] * q.sizes[3]) * sizeof(float);
-}
 
 int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                            const Operand& q, const Operand& k, const Operand& v, const Operand& out,
@@ -1129,18 +1119,9 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
         (2 * static_cast<std::size_t>(kBlock) + 4 * BQ) * P * sizeof(T) + 4 * BQ * sizeof(float);
     const auto kv_blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.k_len + kBlock - 1) / kBlock));
 
-    if constexpr (DMAX == 64) {
+    if constexpr (DMAX == 64 && kTf32<T>) {
       if (fused_backward(q, deterministic)) {
-        // dq's f32 sums: dq itself for f32, else the workspace after delta ([B, H, L, D] contiguous).
-        Heads<float> acc = heads<float>(dq);
-        Operand acc_op = dq;
-        if constexpr (!kTf32<T>) {
-          acc_op.data = static_cast<char*>(workspace) + delta_bytes(q);
-          acc_op.dtype = DType::f32;
-          acc_op.strides[3] = 1, acc_op.strides[2] = q.sizes[3], acc_op.strides[1] = q.sizes[2] * q.sizes[3];
-          acc_op.strides[0] = q.sizes[1] * acc_op.strides[1];
-          acc = heads<float>(acc_op);
-        }
+        const Heads<float> acc = heads<float>(dq);  // dq's sums: dq itself, zeroed by the delta launch
         const bool pairs = reinterpret_cast<std::uintptr_t>(acc.data) % 8 == 0 && acc.sb % 2 == 0 && acc.sh % 2 == 0 &&
                            acc.st % 2 == 0;
         constexpr int kLanes = DMAX / kVec<T>;
@@ -1154,9 +1135,7 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
         kernel<<<kv_blocks, kThreads, kv_smem, stream>>>(heads<T>(dk), heads<T>(dv), heads<const T>(dout),
                                                          heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p,
                                                          delta, g, s, s2, causal, args, vec, acc, pairs);
-        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
-        if constexpr (!kTf32<T>) return copy(dq, acc_op, stream);  // the sums rounded into dq
-        return static_cast<int>(cudaSuccess);
+        return static_cast<int>(cudaGetLastError());
       }
     }
 

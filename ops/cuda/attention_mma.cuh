@@ -13,16 +13,12 @@ namespace brrr::kernels {
 int attention_forward_mma(const Operand& out, const Operand& lse, const Operand& q, const Operand& k,
                           const Operand& v, double scale, bool causal, const AttentionDropout& dropout,
                           cudaStream_t stream);
-/// attention_backward for bf16/f16/f32 (f32 as TF32). deterministic, or D > 64: dq (which also writes
-/// delta = rowsum(dO o O) into the f32 workspace of B*H*L), then dk/dv. Otherwise (the fused backward):
-/// delta (and dq's f32 sums zeroed), then dk/dv, which adds dS K into dq's sums with atomics; bf16/f16
-/// keep those sums in the workspace after delta and convert them into dq at the end.
+/// attention_backward for bf16/f16/f32 (f32 as TF32): dq (which also writes delta = rowsum(dO o O) into the f32
+/// workspace of B*H*L), then dk/dv. f32 with 32 < D <= 64, unless deterministic (the fused backward): delta
+/// (and dq zeroed), then dk/dv, which adds dS K into dq with atomics.
 int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                            const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                            const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,
                            bool deterministic, void* workspace, cudaStream_t stream);
-/// Bytes of attention_backward_mma's workspace: delta (B*H*L f32) and, for the fused bf16/f16
-/// backward, dq's f32 sums (B*H*L*D, 256-byte aligned after delta).
-std::size_t attention_backward_mma_workspace_bytes(const Operand& q, bool deterministic);
 
 }  // namespace brrr::kernels

@@ -282,13 +282,12 @@ namespace brrr::kernels {
 /// on the SIMT kernels (ops/cuda/attention.cu).
 int attention_forward(const Operand& out, const Operand& lse, const Operand& q, const Operand& k, const Operand& v,
                       double scale, bool causal, const AttentionDropout& dropout, bool allow_tf32, void* stream);
-/// Device workspace (bytes) of attention_backward: one accumulator per query row, and for the
-/// tensor cores' fused bf16/f16 backward (not deterministic) an f32 dq of q's [B, H, L, D].
-std::size_t attention_backward_workspace_bytes(const Operand& q, bool allow_tf32, bool deterministic);
+/// Device workspace (bytes) of attention_backward: one accumulator per query row.
+std::size_t attention_backward_workspace_bytes(const Operand& q);
 /// The contract's attention_backward (SIMT, f32/f64: three launches, delta, dq, dk/dv; tensor
-/// cores, bf16/f16 and f32 with allow_tf32: deterministic, or D > 64, two launches, dq with delta
-/// in its prologue, then dk/dv, no atomics; else delta (dq zeroed), then dk/dv adding dq with
-/// atomics, and for bf16/f16 dq's f32 sums converted; attention_mma.cu).
+/// cores, bf16/f16 and f32 with allow_tf32: two launches, dq with delta in its prologue, then
+/// dk/dv, no atomics; but f32 with 32 < D <= 64 unless deterministic: delta (dq zeroed), then
+/// dk/dv adding into dq with atomics; attention_mma.cu).
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
                        bool causal, const AttentionDropout& dropout, bool allow_tf32, bool deterministic,

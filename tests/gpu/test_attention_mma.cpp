@@ -7,8 +7,8 @@
 // transposed ([B, T, H, D] memory) and unaligned views (out, dq, dk, dv are always
 // [B, L, H, D] views); dropout p 0.1 and 0.5 against the SIMT kernel and the CPU composite from
 // one seed (values, gradients, the generator's state, the mask bit for bit); the backward bit
-// for bit the same on two runs under set_deterministic, and the fused backward (32 < D <= 64,
-// dq added with atomics, the default) against that deterministic one. Tolerances: the `attention` row of tests/tolerances.hpp
+// for bit the same on two runs under set_deterministic, and the fused backward (f32 as TF32 with
+// 32 < D <= 64, dq added with atomics, the default) against that deterministic one. Tolerances: the `attention` row of tests/tolerances.hpp
 // (relative to the largest |want|, as in test_attention_parity.cpp). Skipped without a device.
 #include <doctest/doctest.h>
 
@@ -306,12 +306,13 @@ TEST_CASE("TF32 attention backward under set_deterministic: two runs bit for bit
     }
 }
 
-TEST_CASE("fused backward (dq by atomics, 32 < D <= 64) vs the deterministic two-kernel backward") {
-  // The default for D in (32, 64] unless set_deterministic: one delta launch, then dK/dV adding
-  // dS K into dq's f32 sums with atomics (bf16/f16 converted after). The same output and dv bit
+TEST_CASE("fused backward (dq by atomics, TF32, 32 < D <= 64) vs the deterministic two-kernel backward") {
+  // The default for f32 on TF32 with D in (32, 64] unless set_deterministic: one delta launch,
+  // then dK/dV adding dS K into dq with atomics. The same output and dv bit
   // for bit (the same kernels' sums); dq (the order of its sums) and dk (delta, summed in another
   // order) within the dtype's attention row of the deterministic ones, across layouts (unaligned: scalar atomics and
-  // loads), L != S, partial tiles, causal and dropout; D = 32 and 128 do not take it (bit for bit).
+  // loads), L != S, partial tiles, causal and dropout; bf16/f16 and D = 32, 128 do not take it
+  // (bit for bit).
   FRESH_SEED();
   const std::vector<Dims> shapes = {{2, 3, 200, 200, 64}, {1, 2, 77, 130, 40}, {2, 1, 100, 37, 64},
                                     {1, 2, 64, 64, 48},  {1, 1, 9, 30, 33},    {2, 2, 99, 99, 32},
@@ -345,7 +346,7 @@ TEST_CASE("fused backward (dq by atomics, 32 < D <= 64) vs the deterministic two
         CHECK(fused.next == fixed.next);
         CHECK(all(isfinite(fused.dq)).item<bool>());
         testing::assert_close(fused.dq.to(DType::f64), fixed.dq.to(DType::f64), tol(dt, fixed.dq.to(DType::f64), how));
-        if (c.d <= 32 || c.d > 64) CHECK(same(fused, fixed));  // (not fused)
+        if (dt != DType::f32 || c.d <= 32 || c.d > 64) CHECK(same(fused, fixed));  // (not fused)
         // Against the f64 CPU composite too (the same tolerance as the deterministic path's).
         const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, seed_ + 3);
         testing::assert_close(fused.dq.to(DType::f64), cpu.dq.to(DType::f64), tol(dt, cpu.dq.to(DType::f64), how));
@@ -359,17 +360,16 @@ TEST_CASE("fused backward, small shapes (the sanitizers' case)") {
   FRESH_SEED();
   DeterministicGuard off(false);
   Tf32Guard tf32(true);
-  for (DType dt : {DType::bf16, DType::f32})
-    for (const Dims& c : {Dims{1, 2, 70, 70, 64}, Dims{1, 1, 40, 50, 40}})
-      for (bool causal : {false, true}) {
-        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)),
-             causal ? ", causal" : "");
-        Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
-        Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
-        const SdpaOptions o{.dropout_p = causal ? 0.2 : 0.0, .is_causal = causal};
-        const QkvLayout lay = c.d == 40 ? QkvLayout::unaligned : QkvLayout::bthd;
-        const Result got = run(q, k, v, g, dt, gpu(), lay, o, seed_ + 5);
-        const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, seed_ + 5);
-        check_close(got, cpu, dt, "the f32 CPU composite", dt == DType::f32 ? Computed::attention_tf32 : Computed::attention);
-      }
+  const DType dt = DType::f32;
+  for (const Dims& c : {Dims{1, 2, 70, 70, 64}, Dims{1, 1, 40, 50, 40}})
+    for (bool causal : {false, true}) {
+      INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, causal ? ", causal" : "");
+      Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
+      Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+      const SdpaOptions o{.dropout_p = causal ? 0.2 : 0.0, .is_causal = causal};
+      const QkvLayout lay = c.d == 40 ? QkvLayout::unaligned : QkvLayout::bthd;
+      const Result got = run(q, k, v, g, dt, gpu(), lay, o, seed_ + 5);
+      const Result cpu = run(q, k, v, g, dt, Device::cpu(), QkvLayout::contiguous, o, seed_ + 5);
+      check_close(got, cpu, dt, "the f32 CPU composite", Computed::attention_tf32);
+    }
 }
