@@ -713,11 +713,12 @@ template <class F> void with_op(ReduceOp op, F&& f) {
   /* Its gradients dq, dk, dv (shapes and dtypes of q, k, v; last stride 1) from dout (out's shape), q, k, v, out   \
      and lse as attention_forward wrote them; the probabilities are recomputed from lse and the dropout mask from   \
      the same `dropout` (its keep_bits as the forward wrote them, where used) (dV = (P o Z)^T dO, dP = (dO V^T) o  \
-     Z, dS = P o (dP - rowsum(dO o O))); allow_tf32 as in attention_forward. */                                     \
+     Z, dS = P o (dP - rowsum(dO o O))); allow_tf32 as in attention_forward. deterministic (set_deterministic):     \
+     dq summed in a fixed order; off, CUDA may add dq's partial sums with atomics (the order varies by run). */     \
   X(attention_backward, (const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,               \
                          const Operand& q, const Operand& k, const Operand& v, const Operand& out,                  \
                          const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,            \
-                         bool allow_tf32))                                                                          \
+                         bool allow_tf32, bool deterministic))                                                      \
   /* Nearest / nearest-exact / (bi,tri)linear / cubic resampling of in [N, C, D, H, W] into out [N, C, OD, OH, OW]  \
      (both contiguous), one floating dtype, accumulated in compute_t; the index and weight math of                 \
      ops/interpolate_math.hpp. */                                                                                    \

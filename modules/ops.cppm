@@ -968,8 +968,9 @@ struct SdpaOptions {
 /// the node: k and v get zero gradients.
 [[nodiscard]] Tensor scaled_dot_product_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                                         SdpaOptions options = {});
-/// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) in a fixed
-/// order instead of with atomics: reproducible to the bit, slower. Off by default.
+/// CUDA scatter-adds (embedding backward, scatter_add, index_select backward) and the TF32
+/// fused attention backward's dq (32 < D <= 64) in a fixed order instead of with atomics:
+/// reproducible to the bit, slower. Off by default.
 void set_deterministic(bool deterministic);
 bool deterministic();
 

@@ -216,7 +216,7 @@ autograd::Grads flash_rule(const autograd::Backward& c, const FlashParams& p) {
       .attention_backward(backend::output(dq, flash), backend::output(dk, flash), backend::output(dv, flash),
                           backend::input(gc, flash), backend::input(qc, flash), backend::input(kc, flash),
                           backend::input(vc, flash), backend::input(out, flash), backend::input(lse, flash), p.scale,
-                          p.causal, dropout, p.allow_tf32);
+                          p.causal, dropout, p.allow_tf32, deterministic());
   return {c.needs(0) ? dq : Tensor(), c.needs(1) ? dk : Tensor(), c.needs(2) ? dv : Tensor()};
 }
 

@@ -114,7 +114,8 @@ void CpuBackend::attention_forward(const Operand& out, const Operand& lse, const
 void CpuBackend::attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                                     const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                                     const Operand& lse, double scale, bool causal,
-                                    const AttentionDropout& dropout, bool /*allow_tf32*/) {
+                                    const AttentionDropout& dropout, bool /*allow_tf32*/,
+                                    bool /*deterministic: always, a fixed order*/) {
   const std::int64_t nb = q.sizes[0], nh = q.sizes[1], nl = q.sizes[2], dim = q.sizes[3], ns = k.sizes[2];
   dispatch_floating("scaled_dot_product_flash_attention", q.dtype, [&]<class T>(T*) {
     using L = std::conditional_t<std::is_same_v<T, double>, double, float>;

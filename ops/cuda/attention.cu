@@ -437,11 +437,12 @@ std::size_t attention_backward_workspace_bytes(const Operand& q) {
 
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, const AttentionDropout& dropout, bool allow_tf32, void* workspace,
-                       void* stream) {
+                       bool causal, const AttentionDropout& dropout, bool allow_tf32, bool deterministic,
+                       void* workspace, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (on_tensor_cores(q.dtype, allow_tf32))
-    return attention_backward_mma(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, workspace, s);
+    return attention_backward_mma(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, deterministic,
+                                  workspace, s);
   return with_attention_types(q.dtype, static_cast<int>(q.sizes[3]), [&]<class T, int DMAX>() {
     using A = accumulate_t<T>;
     constexpr int rows = kThreads / (DMAX / kDpt);

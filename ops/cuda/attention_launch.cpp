@@ -26,7 +26,7 @@ void CudaBackend::attention_forward(const Operand& out, const Operand& lse, cons
 void CudaBackend::attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                                      const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                                      const Operand& lse, double scale, bool causal,
-                                     const AttentionDropout& dropout, bool allow_tf32) {
+                                     const AttentionDropout& dropout, bool allow_tf32, bool deterministic) {
   if (q.numel == 0 || k.numel == 0) return;
   const bool tensor_cores = q.dtype == DType::bf16 || q.dtype == DType::f16 || (q.dtype == DType::f32 && allow_tf32);
   if (dropout.p > 0 && tensor_cores && dropout.keep_bits == nullptr)
@@ -37,7 +37,7 @@ void CudaBackend::attention_backward(const Operand& dq, const Operand& dk, const
   const std::size_t bytes = kernels::attention_backward_workspace_bytes(q);
   Storage workspace = allocate_device(bytes > 0 ? bytes : 1, dq.device, stream);
   BRRR_CUDA_CHECK(kernels::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale, causal, dropout, allow_tf32,
-                                              workspace.data(), stream->handle));
+                                              deterministic, workspace.data(), stream->handle));
 }
 
 }  // namespace brrr::backend

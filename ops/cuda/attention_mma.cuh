@@ -14,10 +14,11 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
                           const Operand& v, double scale, bool causal, const AttentionDropout& dropout,
                           cudaStream_t stream);
 /// attention_backward for bf16/f16/f32 (f32 as TF32): dq (which also writes delta = rowsum(dO o O) into the f32
-/// workspace of B*H*L), then dk/dv.
+/// workspace of B*H*L), then dk/dv. f32 with 32 < D <= 64, unless deterministic (the fused backward): delta
+/// (and dq zeroed), then dk/dv, which adds dS K into dq with atomics.
 int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                            const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                            const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,
-                           void* workspace, cudaStream_t stream);
+                           bool deterministic, void* workspace, cudaStream_t stream);
 
 }  // namespace brrr::kernels

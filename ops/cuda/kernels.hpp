@@ -286,11 +286,12 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
 std::size_t attention_backward_workspace_bytes(const Operand& q);
 /// The contract's attention_backward (SIMT, f32/f64: three launches, delta, dq, dk/dv; tensor
 /// cores, bf16/f16 and f32 with allow_tf32: two launches, dq with delta in its prologue, then
-/// dk/dv; no atomics).
+/// dk/dv, no atomics; but f32 with 32 < D <= 64 unless deterministic: delta (dq zeroed), then
+/// dk/dv adding into dq with atomics; attention_mma.cu).
 int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout, const Operand& q,
                        const Operand& k, const Operand& v, const Operand& out, const Operand& lse, double scale,
-                       bool causal, const AttentionDropout& dropout, bool allow_tf32, void* workspace,
-                       void* stream);
+                       bool causal, const AttentionDropout& dropout, bool allow_tf32, bool deterministic,
+                       void* workspace, void* stream);
 
 }  // namespace brrr::kernels
 

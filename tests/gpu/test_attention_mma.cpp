@@ -7,7 +7,8 @@
 // transposed ([B, T, H, D] memory) and unaligned views (out, dq, dk, dv are always
 // [B, L, H, D] views); dropout p 0.1 and 0.5 against the SIMT kernel and the CPU composite from
 // one seed (values, gradients, the generator's state, the mask bit for bit); the backward bit
-// for bit the same on two runs. Tolerances: the `attention` row of tests/tolerances.hpp
+// for bit the same on two runs under set_deterministic, and the fused backward (f32 as TF32 with
+// 32 < D <= 64, dq added with atomics, the default) against that deterministic one. Tolerances: the `attention` row of tests/tolerances.hpp
 // (relative to the largest |want|, as in test_attention_parity.cpp). Skipped without a device.
 #include <doctest/doctest.h>
 
@@ -116,6 +117,13 @@ void check_close(const Result& got, const Result& want, DType dt, const char* ag
 
 std::vector<float> host_f32(const Tensor& t) { return t.to(DType::f32).contiguous().to_host<float>(); }
 
+/// Restores set_deterministic on scope exit.
+struct DeterministicGuard {
+  bool previous = deterministic();
+  explicit DeterministicGuard(bool on) { set_deterministic(on); }
+  ~DeterministicGuard() { set_deterministic(previous); }
+};
+
 bool same(const Result& a, const Result& b) {
   return host_f32(a.y) == host_f32(b.y) && host_f32(a.dq) == host_f32(b.dq) && host_f32(a.dk) == host_f32(b.dk) &&
          host_f32(a.dv) == host_f32(b.dv);
@@ -222,8 +230,9 @@ TEST_CASE("tensor-core attention dropout: the mask is the SIMT kernel's and the 
       }
 }
 
-TEST_CASE("tensor-core attention backward is deterministic: two runs bit for bit") {
+TEST_CASE("tensor-core attention backward under set_deterministic: two runs bit for bit") {
   FRESH_SEED();
+  DeterministicGuard fixed(true);
   for (Dims c : {Dims{2, 3, 200, 200, 64}, Dims{1, 2, 150, 170, 128}, Dims{2, 2, 99, 99, 32}})
     for (DType dt : {DType::bf16, DType::f16})
       for (double p : {0.0, 0.2}) {
@@ -281,9 +290,10 @@ TEST_CASE("TF32 attention (f32, allow_tf32) vs the f32 SIMT kernel and the f64 C
       }
 }
 
-TEST_CASE("TF32 attention backward is deterministic: two runs bit for bit") {
+TEST_CASE("TF32 attention backward under set_deterministic: two runs bit for bit") {
   FRESH_SEED();
   Tf32Guard on(true);
+  DeterministicGuard fixed(true);
   for (Dims c : {Dims{2, 3, 200, 200, 64}, Dims{1, 2, 150, 170, 128}, Dims{2, 2, 99, 99, 32}})
     for (double p : {0.0, 0.2}) {
       INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", p ", p);
@@ -293,5 +303,73 @@ TEST_CASE("TF32 attention backward is deterministic: two runs bit for bit") {
       const Result a = run(q, k, v, g, DType::f32, gpu(), QkvLayout::bthd, o, seed_ + 7);
       const Result b = run(q, k, v, g, DType::f32, gpu(), QkvLayout::bthd, o, seed_ + 7);
       CHECK(same(a, b));
+    }
+}
+
+TEST_CASE("fused backward (dq by atomics, TF32, 32 < D <= 64) vs the deterministic two-kernel backward") {
+  // The default for f32 on TF32 with D in (32, 64] unless set_deterministic: one delta launch,
+  // then dK/dV adding dS K into dq with atomics. The same output and dv bit
+  // for bit (the same kernels' sums); dq (the order of its sums) and dk (delta, summed in another
+  // order) within the dtype's attention row of the deterministic ones, across layouts (unaligned: scalar atomics and
+  // loads), L != S, partial tiles, causal and dropout; bf16/f16 and D = 32, 128 do not take it
+  // (bit for bit).
+  FRESH_SEED();
+  const std::vector<Dims> shapes = {{2, 3, 200, 200, 64}, {1, 2, 77, 130, 40}, {2, 1, 100, 37, 64},
+                                    {1, 2, 64, 64, 48},  {1, 1, 9, 30, 33},    {2, 2, 99, 99, 32},
+                                    {1, 2, 70, 90, 128}};
+  const QkvLayout layouts[3] = {QkvLayout::contiguous, QkvLayout::bthd, QkvLayout::unaligned};
+  int n = 0;
+  for (DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (const Dims& c : shapes)
+      for (bool causal : {false, true}) {
+        const QkvLayout lay = layouts[n % 3];
+        const double p = n++ % 2 ? 0.2 : 0.0;
+        INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, ", ", std::string(to_string(dt)),
+             causal ? ", causal" : "", ", ", layout_name(lay), ", p ", p);
+        Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
+        Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+        const SdpaOptions o{.dropout_p = p, .is_causal = causal};
+        Tf32Guard tf32(true);
+        Result fused, fixed;
+        {
+          DeterministicGuard off(false);
+          fused = run(q, k, v, g, dt, gpu(), lay, o, seed_ + 3);
+        }
+        {
+          DeterministicGuard on(true);
+          fixed = run(q, k, v, g, dt, gpu(), lay, o, seed_ + 3);
+        }
+        const Computed how = dt == DType::f32 ? Computed::attention_tf32 : Computed::attention;
+        CHECK(host_f32(fused.y) == host_f32(fixed.y));
+        CHECK(host_f32(fused.dv) == host_f32(fixed.dv));
+        testing::assert_close(fused.dk.to(DType::f64), fixed.dk.to(DType::f64), tol(dt, fixed.dk.to(DType::f64), how));
+        CHECK(fused.next == fixed.next);
+        CHECK(all(isfinite(fused.dq)).item<bool>());
+        testing::assert_close(fused.dq.to(DType::f64), fixed.dq.to(DType::f64), tol(dt, fixed.dq.to(DType::f64), how));
+        if (dt != DType::f32 || c.d <= 32 || c.d > 64) CHECK(same(fused, fixed));  // (not fused)
+        // Against the f64 CPU composite too (the same tolerance as the deterministic path's).
+        const Result cpu = run(q, k, v, g, DType::f32, Device::cpu(), QkvLayout::contiguous, o, seed_ + 3);
+        testing::assert_close(fused.dq.to(DType::f64), cpu.dq.to(DType::f64), tol(dt, cpu.dq.to(DType::f64), how));
+      }
+}
+
+TEST_CASE("fused backward, small shapes (the sanitizers' case)") {
+  // One small shape per path of the fused backward (vector and scalar loads and atomics,
+  // dropout, causal, partial tiles) against the CPU composite: quick enough for
+  // compute-sanitizer's memcheck and racecheck.
+  FRESH_SEED();
+  DeterministicGuard off(false);
+  Tf32Guard tf32(true);
+  const DType dt = DType::f32;
+  for (const Dims& c : {Dims{1, 2, 70, 70, 64}, Dims{1, 1, 40, 50, 40}})
+    for (bool causal : {false, true}) {
+      INFO("B H L S D = ", c.b, " ", c.h, " ", c.l, " ", c.s, " ", c.d, causal ? ", causal" : "");
+      Tensor q = randn64({c.b, c.h, c.l, c.d}).to(dt), k = randn64({c.b, c.h, c.s, c.d}).to(dt);
+      Tensor v = randn64({c.b, c.h, c.s, c.d}).to(dt), g = randn64({c.b, c.h, c.l, c.d}).to(dt);
+      const SdpaOptions o{.dropout_p = causal ? 0.2 : 0.0, .is_causal = causal};
+      const QkvLayout lay = c.d == 40 ? QkvLayout::unaligned : QkvLayout::bthd;
+      const Result got = run(q, k, v, g, dt, gpu(), lay, o, seed_ + 5);
+      const Result cpu = run(q, k, v, g, dt, Device::cpu(), QkvLayout::contiguous, o, seed_ + 5);
+      check_close(got, cpu, dt, "the f32 CPU composite", Computed::attention_tf32);
     }
 }
