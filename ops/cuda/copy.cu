@@ -154,12 +154,13 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
   // A transpose: [batch,] rows, cols with dst unit-strided along cols and src along rows (the
   // last two dims of both swapped first where it is the other way round: the copy is the same).
   const int nd = dst.ndim;
-  if (!contiguous && !rows && (nd == 2 || nd == 3) && dst.strides[nd - 2] == 1 && src.strides[nd - 1] == 1)
+  const bool two_dims = !contiguous && !rows && (nd == 2 || nd == 3);
+  if (two_dims && dst.strides[nd - 2] == 1 && src.strides[nd - 1] == 1)
     for (Operand* o : {&dst, &src}) {
       std::swap(o->sizes[nd - 2], o->sizes[nd - 1]);
       std::swap(o->strides[nd - 2], o->strides[nd - 1]);
     }
-  const bool transpose = !contiguous && !rows && (nd == 2 || nd == 3) && dst.strides[nd - 1] == 1 &&
+  const bool transpose = two_dims && dst.strides[nd - 1] == 1 &&
                          src.strides[nd - 2] == 1 && dst.sizes[nd - 2] <= INT32_MAX - 32 &&
                          dst.sizes[nd - 1] <= INT32_MAX - 32 && (nd == 2 || dst.sizes[0] <= 65535) &&
                          (dst.sizes[nd - 2] + 31) / 32 <= 65535;  // (gridDim.y and .z limits)
