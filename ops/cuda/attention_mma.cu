@@ -1096,7 +1096,6 @@ bool fused_backward(const Operand& q, bool deterministic) {
 }
 }  // namespace
 
-
 int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& dv, const Operand& dout,
                            const Operand& q, const Operand& k, const Operand& v, const Operand& out,
                            const Operand& lse, double scale, bool causal, const AttentionDropout& dropout,
