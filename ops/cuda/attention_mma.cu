@@ -386,6 +386,23 @@ __device__ __forceinline__ void store_rows(T* head, std::int64_t st, const T* ro
   }
 }
 
+// acc + the dot product of two 16-byte chunks of T (kVec<T> elements each), in f32: delta =
+// rowsum(dO o O) of the backward.
+template <class T> __device__ __forceinline__ float dot16(uint4 x, uint4 y, float acc) {
+  const std::uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if constexpr (kTf32<T>) {
+      acc = fmaf(__uint_as_float(xs[e]), __uint_as_float(ys[e]), acc);
+    } else {
+      const float2 a = unpack2<T>(xs[e]), b = unpack2<T>(ys[e]);
+      acc = fmaf(a.x, b.x, acc);
+      acc = fmaf(a.y, b.y, acc);
+    }
+  }
+  return acc;
+}
+
 // ---- warp-level matrix products ----------------------------------------------------------
 
 // One k-step's product on tensor cores: bf16/f16 m16n8k16, f32 m16n8k8 on TF32 (operands
@@ -680,19 +697,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
 #pragma unroll
     for (int cc = 0; cc < kChunks / 2; ++cc) {
       const int c = (lane % 2) * (kChunks / 2) + cc;
-      const uint4 x = *reinterpret_cast<const uint4*>(my_do + r * P + V * c);
-      const uint4 y = *reinterpret_cast<const uint4*>(so + (16 * warp + r) * P + V * c);
-      const std::uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (kTf32<T>) {
-          d = fmaf(__uint_as_float(xs[e]), __uint_as_float(ys[e]), d);
-        } else {
-          const float2 a = unpack2<T>(xs[e]), bb = unpack2<T>(ys[e]);
-          d = fmaf(a.x, bb.x, d);
-          d = fmaf(a.y, bb.y, d);
-        }
-      }
+      d = dot16<T>(*reinterpret_cast<const uint4*>(my_do + r * P + V * c),
+                   *reinterpret_cast<const uint4*>(so + (16 * warp + r) * P + V * c), d);
     }
     d += __shfl_xor_sync(kFull, d, 1);
     if (lane % 2 == 0 && iw + r < g.q_len) delta[static_cast<std::int64_t>(bh) * g.q_len + iw + r] = d;
@@ -822,20 +828,14 @@ __device__ __forceinline__ void fused_dq(float* acc, std::int64_t st, T* sds, co
     }
 }
 
-template <class T> __device__ __forceinline__ float as_float(T x) {
-  if constexpr (kTf32<T>) return x;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-  else return __half2float(x);
-}
-
-// The fused backward's first launch: delta = rowsum(dO o O) (f32, from dO and O as stored) of
-// every query row into delta[(b H + h) L + i], and the row's dq sums (acc: dq) zeroed. A group
-// of DMAX / kVec lanes takes a row, kVec elements each (16-byte loads where vec).
-template <class T, int DMAX>
+// The fused backward's first launch (f32 only, as the fused backward): delta = rowsum(dO o O)
+// of every query row into delta[(b H + h) L + i], and the row's dq sums (acc: dq) zeroed. A
+// group of DMAX / 4 lanes takes a row, 4 elements each (16-byte loads where vec).
+template <int DMAX>
 __global__ void __launch_bounds__(256)
-    mma_delta_kernel(float* __restrict__ delta, Heads<float> acc, Heads<const T> dout, Heads<const T> out, Dims g,
-                     bool vec) {
-  constexpr int V = kVec<T>, kLanes = DMAX / V;
+    mma_delta_kernel(float* __restrict__ delta, Heads<float> acc, Heads<const float> dout, Heads<const float> out,
+                     Dims g, bool vec) {
+  constexpr int V = kVec<float>, kLanes = DMAX / V;
   static_assert(32 % kLanes == 0);
   const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * 256 + threadIdx.x) / kLanes;
   const int d = static_cast<int>(threadIdx.x % kLanes) * V;
@@ -844,26 +844,15 @@ __global__ void __launch_bounds__(256)
   if (in) {
     const int bh = static_cast<int>(row / g.q_len), i = static_cast<int>(row % g.q_len);
     const int b = bh / g.heads, h = bh % g.heads;
-    const T* x = dout.head(b, h) + static_cast<std::int64_t>(i) * dout.st + d;
-    const T* y = out.head(b, h) + static_cast<std::int64_t>(i) * out.st + d;
+    const float* x = dout.head(b, h) + static_cast<std::int64_t>(i) * dout.st + d;
+    const float* y = out.head(b, h) + static_cast<std::int64_t>(i) * out.st + d;
     float* a = acc.head(b, h) + static_cast<std::int64_t>(i) * acc.st + d;
     if (vec && d + V <= g.dim) {
-      const uint4 xv = *reinterpret_cast<const uint4*>(x), yv = *reinterpret_cast<const uint4*>(y);
-      const std::uint32_t xs[4] = {xv.x, xv.y, xv.z, xv.w}, ys[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (kTf32<T>) {
-          s = fmaf(__uint_as_float(xs[e]), __uint_as_float(ys[e]), s);
-        } else {
-          const float2 p = unpack2<T>(xs[e]), r = unpack2<T>(ys[e]);
-          s = fmaf(p.x, r.x, s);
-          s = fmaf(p.y, r.y, s);
-        }
-      }
+      s = dot16<float>(*reinterpret_cast<const uint4*>(x), *reinterpret_cast<const uint4*>(y), s);
     } else {
 #pragma unroll
       for (int e = 0; e < V; ++e)
-        if (d + e < g.dim) s = fmaf(as_float(x[e]), as_float(y[e]), s);
+        if (d + e < g.dim) s = fmaf(x[e], y[e], s);
     }
 #pragma unroll
     for (int e = 0; e < V; ++e)
@@ -1126,7 +1115,7 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
         constexpr int kLanes = DMAX / kVec<T>;
         const std::int64_t threads = static_cast<std::int64_t>(g.bh) * g.q_len * kLanes;
         if ((threads + 255) / 256 > INT32_MAX) return static_cast<int>(cudaErrorInvalidConfiguration);
-        mma_delta_kernel<T, DMAX><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+        mma_delta_kernel<DMAX><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
             delta, acc, heads<const T>(dout), heads<const T>(out), g, vectorizable(dout) && vectorizable(out));
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
         auto* kernel = drop ? mma_dkdv_kernel<T, DMAX, true, true> : mma_dkdv_kernel<T, DMAX, false, true>;
