@@ -414,6 +414,47 @@ Header read_header(const char* op, const std::string& path, int fd) {
   return h;
 }
 
+/// Where save_safetensors writes: `path`, or for a symbolic link the end of its link chain, so
+/// the link survives and shows the new file (as Python's open(path, "wb") writes through it);
+/// renaming over the link itself would replace it with a regular file. The chain is read link by
+/// link because weakly_canonical stops at a dangling link, whose target we may create.
+/// Refuses what exists and is not a regular file: renaming over a FIFO or a device node
+/// (/dev/null, as root) would replace it. Only the std::error_code overloads are used, so every
+/// failure (a loop, a name too long) is an Error naming `path`, never a filesystem_error.
+std::filesystem::path save_target(const char* op, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) fail(op, path, "empty path");
+  if (path.back() == '/') fail(op, path, "ends in '/': a folder, not a file name");
+  fs::path target = path;
+  const auto at = [&] { return target == fs::path(path) ? std::string() : " " + target.string(); };
+  fs::file_status st;
+  for (int links = 0;; ++links) {
+    std::error_code ec;
+    st = fs::symlink_status(target, ec);  // not_found (with ec set) is fine: we create it
+    if (st.type() == fs::file_type::none) fail(op, path, "cannot stat" + at() + ": " + ec.message());
+    if (st.type() != fs::file_type::symlink) break;
+    if (links == 40)  // Linux's own limit (MAXSYMLINKS)
+      fail(op, path, "cannot resolve the symbolic link: too many levels of symbolic links (a loop?)");
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) fail(op, path, "cannot read the symbolic link" + at() + ": " + ec.message());
+    target = next.is_absolute() ? next : target.parent_path() / next;  // relative to the link's folder
+  }
+  const std::string what = at().empty() ? "" : "its target" + at() + " ";
+  switch (st.type()) {
+    case fs::file_type::regular:
+    case fs::file_type::not_found: return target;
+    case fs::file_type::directory: fail(op, path, what + "is a directory");
+    case fs::file_type::fifo: fail(op, path, what + "is not a regular file (a FIFO)");
+    case fs::file_type::socket: fail(op, path, what + "is not a regular file (a socket)");
+    case fs::file_type::character: fail(op, path, what + "is not a regular file (a character device)");
+    case fs::file_type::block: fail(op, path, what + "is not a regular file (a block device)");
+    case fs::file_type::none:     // not reached: failed above
+    case fs::file_type::symlink:  // not reached: followed above
+    case fs::file_type::unknown: break;
+  }
+  fail(op, path, what + "is not a regular file");
+}
+
 int open_for_reading(const char* op, const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(op, path, "cannot open: " + errno_text());
@@ -424,8 +465,9 @@ int open_for_reading(const char* op, const std::string& path) {
 
 // Writes the host bytes of each tensor (the host is little-endian, as the format). CUDA
 // tensors are copied back with Tensor::to(Device::cpu()), a blocking sync point; the whole
-// file is built in "<path>.tmp.<pid>" and renamed over `path`, so readers never see a partial
-// file and an existing file is replaced atomically.
+// file is built in "<target>.tmp.<pid>" and renamed over the target (`path`, or the end of its
+// symlink chain: save_target), so readers never see a partial file and an existing file is
+// replaced atomically.
 void save_safetensors(const std::string& path, const TensorMap& tensors,
                       const std::map<std::string, std::string>& metadata) {
   constexpr const char* op = "save_safetensors";
@@ -465,7 +507,9 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Before anything is created: a folder, FIFO or device at `path` is refused, a link followed.
+  const std::filesystem::path target = save_target(op, path);
+  const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) fail(op, path, "cannot create temporary file " + tmp + ": " + errno_text());
   auto abandon = [&](const std::string& problem) {
@@ -485,11 +529,11 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   fd = -1;
   if (rc != 0) abandon("cannot close " + tmp + ": " + errno_text());
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  std::filesystem::rename(tmp, target, ec);
   if (ec) abandon("cannot rename " + tmp + " to it: " + ec.message());
   // The rename is durable only once the folder is flushed too (a crash, not a kill, could
   // otherwise lose it). Some file systems cannot fsync a folder (EINVAL): nothing to do there.
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::filesystem::path dir = target.parent_path();
   Fd dir_fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.fd >= 0 && ::fsync(dir_fd.fd) != 0 && errno != EINVAL)
     fail(op, path, "written, but flushing its folder failed: " + errno_text());

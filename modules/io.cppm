@@ -21,6 +21,12 @@ using TensorMap = std::map<std::string, Tensor>;
 /// as the "__metadata__" strings "brrr.crc32" and "brrr.crc32.record" (the record's own CRC;
 /// other readers ignore both). Throws Error(io) naming the path on failure (no space left,
 /// no permission, ...), removing the temporary file; those two metadata keys are reserved.
+/// A symbolic link at `path` is followed to the end of its chain, and the file is written next
+/// to and renamed over that target, so the link survives and shows the new file (as Python's
+/// open(path, "wb") writes through it); a dangling link's target is created. Before anything is
+/// written, Error(io) refuses a path ending in '/', a link loop, and a path (or link target)
+/// that exists but is not a regular file ("is a directory", "is not a regular file (a FIFO)",
+/// device nodes such as /dev/null): nothing is created or replaced then.
 void save_safetensors(const std::string& path, const TensorMap& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

@@ -3,9 +3,12 @@
 // hostile files (truncated, oversized or inconsistent headers) that must give Error(io).
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,9 +17,13 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 import brrr;
+
+#include "tests/tensor/helpers.hpp"
 
 using namespace brrr;
 namespace fs = std::filesystem;
@@ -264,7 +271,7 @@ TEST_CASE("safetensors: write failures are Error(io) naming the path, leaving no
     CHECK(e.kind() == ErrorKind::io);
     CHECK(std::string(e.what()).find(missing_dir) != std::string::npos);
   }
-  // The target is a directory: the rename fails, the temporary file is removed.
+  // The target is a directory: refused before anything is written.
   fs::create_directories(tmp.dir / "adir");
   fs::create_directories(tmp.dir / "adir" / "sub");
   const std::string dir_target = tmp.file("adir");
@@ -277,6 +284,109 @@ TEST_CASE("safetensors: write failures are Error(io) naming the path, leaving no
   CHECK_THROWS_AS(io::save_safetensors(tmp.file("u.safetensors"), {{"u", Tensor()}}), Error);
   CHECK_FALSE(fs::exists(tmp.dir / "r.safetensors"));
   CHECK_FALSE(fs::exists(tmp.dir / "u.safetensors"));
+}
+
+namespace {
+
+/// The sorted names in `dir` (what a refused save must leave unchanged).
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Saving to `path` must throw Error(io) naming the op, the path and `problem`.
+void expect_save_refused(const std::string& path, const std::string& problem) {
+  INFO("path: ", path);
+  try {
+    io::save_safetensors(path, {{"a", ones({2})}});
+    FAIL("expected Error(io) containing: " << problem);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(e.kind() == ErrorKind::io);
+    CHECK(msg.find("save_safetensors") != std::string::npos);
+    CHECK(msg.find(path) != std::string::npos);
+    CHECK(msg.find(problem) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: save through a symbolic link writes its target and keeps the link") {
+  FRESH_SEED();
+  TempDir tmp;
+  fs::create_directories(tmp.dir / "sub");
+  const std::string real = tmp.file("sub/real.safetensors");
+  io::save_safetensors(real, {{"old", ones({3})}});
+  // A chain: top (absolute) -> link (relative to its folder) -> sub/real.safetensors.
+  fs::create_symlink("sub/real.safetensors", tmp.dir / "link");
+  fs::create_symlink(tmp.dir / "link", tmp.dir / "top");
+  const io::TensorMap in = {{"w", randn({3, 4})}, {"i", randint(-1000, 1000, {5}, {.dtype = DType::i64})}};
+  for (const char* via : {"link", "top"}) {
+    INFO("saved through ", via);
+    io::save_safetensors(tmp.file(via), in, {{"via", via}});
+    CHECK(fs::is_symlink(tmp.dir / "link"));
+    CHECK(fs::read_symlink(tmp.dir / "link") == fs::path("sub/real.safetensors"));
+    CHECK(fs::is_symlink(tmp.dir / "top"));
+    CHECK(fs::is_regular_file(fs::symlink_status(real)));
+    const io::TensorMap out = io::load_safetensors(real);
+    REQUIRE(out.size() == in.size());  // "old" is gone: the target was replaced
+    for (const auto& [name, t] : in) check_same(out.at(name), t);
+    CHECK(io::safetensors_metadata(real).at("via") == via);
+    CHECK(io::safetensors_metadata(tmp.file(via)).at("via") == via);  // read through the link too
+    // The temporary went next to the target and was renamed away.
+    CHECK(listing(tmp.dir) == std::vector<std::string>{"link", "sub", "top"});
+    CHECK(listing(tmp.dir / "sub") == std::vector<std::string>{"real.safetensors"});
+  }
+  // A dangling link whose target's folder exists: the target is created, the link kept.
+  fs::create_symlink("sub/new.safetensors", tmp.dir / "dangling");
+  io::save_safetensors(tmp.file("dangling"), in);
+  CHECK(fs::is_symlink(tmp.dir / "dangling"));
+  const io::TensorMap out = io::load_safetensors(tmp.file("sub/new.safetensors"));
+  REQUIRE(out.size() == in.size());
+  for (const auto& [name, t] : in) check_same(out.at(name), t);
+  // A dangling link into a missing folder: Error(io) naming the path, nothing created.
+  fs::create_symlink("nowhere/x.safetensors", tmp.dir / "lost");
+  expect_save_refused(tmp.file("lost"), "No such file or directory");
+  CHECK(fs::is_symlink(tmp.dir / "lost"));
+  CHECK(listing(tmp.dir) == std::vector<std::string>{"dangling", "link", "lost", "sub", "top"});
+}
+
+TEST_CASE("safetensors: save refuses a folder, a FIFO, a trailing '/' and link loops, changing nothing") {
+  TempDir tmp;
+  fs::create_directories(tmp.dir / "adir");
+  write_file(tmp.file("adir/inside"), {1, 2, 3});
+  REQUIRE(::mkfifo(tmp.file("fifo").c_str(), 0600) == 0);
+  fs::create_symlink("adir", tmp.dir / "to_dir");
+  fs::create_symlink("fifo", tmp.dir / "to_fifo");
+  fs::create_symlink("loop_b", tmp.dir / "loop_a");
+  fs::create_symlink("loop_a", tmp.dir / "loop_b");
+  fs::create_symlink("self", tmp.dir / "self");
+  const std::vector<std::string> before = listing(tmp.dir);
+
+  expect_save_refused(tmp.file("adir"), "is a directory");
+  expect_save_refused(tmp.file("fifo"), "is not a regular file");
+  expect_save_refused(tmp.file("to_dir"), "is a directory");
+  expect_save_refused(tmp.file("to_fifo"), "is not a regular file");
+  expect_save_refused(tmp.file("adir") + "/", "ends in '/'");
+  expect_save_refused(tmp.file("new_dir") + "/", "ends in '/'");  // missing: still refused
+  expect_save_refused(tmp.file("loop_a"), "symbolic links");
+  expect_save_refused(tmp.file("self"), "symbolic links");
+  // A loop among the folders and a name too long: the kernel's errors, as Error(io).
+  expect_save_refused(tmp.file("self/x.safetensors"), "symbolic links");
+  expect_save_refused(tmp.file(std::string(300, 'n')), "File name too long");
+
+  CHECK(listing(tmp.dir) == before);
+  CHECK(listing(tmp.dir / "adir") == std::vector<std::string>{"inside"});
+  CHECK(read_file(tmp.file("adir/inside")) == std::vector<unsigned char>{1, 2, 3});
+  CHECK(fs::is_fifo(fs::symlink_status(tmp.dir / "fifo")));
+  for (const char* link : {"to_dir", "to_fifo", "loop_a", "loop_b", "self"}) {
+    INFO(link);
+    CHECK(fs::is_symlink(tmp.dir / link));
+  }
+  CHECK(fs::read_symlink(tmp.dir / "to_fifo") == fs::path("fifo"));
 }
 
 TEST_CASE("safetensors: missing file and every truncation of a valid file") {
