@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 
 
 def decode_utf8(data: bytes):
-    """gpt.cpp's decoder: UTF-8, a byte that starts no valid sequence stands for itself."""
+    """gpt.cpp's decoder: UTF-8, a byte that starts no valid sequence stands for itself (Latin-1)."""
     out, i, n = [], 0, len(data)
     while i < n:
         c = data[i]
@@ -38,6 +38,8 @@ def decode_utf8(data: bytes):
             ok = d >> 6 == 2
             cp = (cp << 6) | (d & 0x3F)
             j += 1
+        if ok and k > 0:  # overlong forms, surrogates, past U+10FFFF: not valid (RFC 3629)
+            ok = cp >= (0, 0x80, 0x800, 0x10000)[k] and cp <= 0x10FFFF and not 0xD800 <= cp <= 0xDFFF
         if not ok:
             cp, k = c, 0
         out.append(cp)

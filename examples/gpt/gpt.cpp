@@ -32,10 +32,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -68,7 +71,10 @@ struct Config {
 // ---- text -------------------------------------------------------------------------------
 
 // UTF-8 to code points; a byte that starts no valid sequence stands for itself (Latin-1).
+// Overlong forms, surrogates and code points past U+10FFFF are not valid sequences (RFC 3629),
+// so every code point decoded encodes back to valid UTF-8 (the checkpoint's vocab metadata).
 std::vector<std::uint32_t> decode_utf8(const std::string& s) {
+  static constexpr std::uint32_t kLeast[4] = {0, 0x80, 0x800, 0x10000};  // by continuation bytes
   std::vector<std::uint32_t> out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
@@ -81,6 +87,7 @@ std::vector<std::uint32_t> decode_utf8(const std::string& s) {
       ok = (d >> 6) == 2;
       cp = (cp << 6) | (d & 0x3f);
     }
+    if (ok && n > 0) ok = cp >= kLeast[n] && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
     if (!ok) cp = c, n = 0;
     out.push_back(cp);
     i += static_cast<std::size_t>(n) + 1;
@@ -101,11 +108,20 @@ std::string encode_utf8(std::uint32_t cp) {
   return s;
 }
 
+// A regular file's bytes: a directory, a FIFO or a device (/dev/zero) is refused, not read
+// until memory runs out.
 std::string read_file(const std::filesystem::path& p) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(p, ec);
+  if (ec) throw Error(ErrorKind::io, "cannot read " + p.string() + ": " + ec.message());
+  if (!std::filesystem::is_regular_file(st))
+    throw Error(ErrorKind::io, "cannot read " + p.string() + ": " +
+                                   (std::filesystem::is_directory(st) ? "it is a directory" : "not a regular file"));
   std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, "cannot read " + p.string());
+  if (!in) throw Error(ErrorKind::io, "cannot read " + p.string() + ": " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw Error(ErrorKind::io, "cannot read " + p.string() + ": " + std::strerror(errno));
   return ss.str();
 }
 
@@ -138,13 +154,27 @@ struct Vocab {
     for (auto c : chars) s += encode_utf8(c);
     return s;
   }
+  // The characters of a text, sorted (nanoGPT's sorted(set(text))).
   static Vocab of(std::vector<std::uint32_t> cps) {
     std::sort(cps.begin(), cps.end());
     cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+    return in_order(cps, "the text");
+  }
+  // A checkpoint's vocabulary: its characters in token order, as saved.
+  static Vocab in_order(const std::vector<std::uint32_t>& cps, const std::string& source) {
+    if (cps.empty()) throw Error(ErrorKind::value, source + " is empty: no characters to train or sample on");
     Vocab v;
     v.chars = cps;
-    for (std::size_t i = 0; i < cps.size(); ++i) v.index[cps[i]] = static_cast<std::int64_t>(i);
+    for (std::size_t i = 0; i < cps.size(); ++i)
+      if (!v.index.emplace(cps[i], static_cast<std::int64_t>(i)).second)
+        throw Error(ErrorKind::value, source + " has the character " + describe(cps[i]) + " twice");
     return v;
+  }
+  // "'a' (U+0061)" for messages.
+  static std::string describe(std::uint32_t cp) {
+    char code[16];
+    std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(cp));
+    return cp >= 0x20 && (cp < 0x7f || cp >= 0xa0) ? "'" + encode_utf8(cp) + "' (" + code + ")" : std::string(code);
   }
 };
 
@@ -356,11 +386,14 @@ std::vector<std::int64_t> generate(const nn::Module& m, GptImpl& model, std::vec
     std::vector<std::int64_t> window(tokens.end() - t, tokens.end());
     Tensor idx = Tensor::from_vector(window, {1, t}).to(dev);
     Tensor logits = model.forward(idx).select(1, t - 1);  // [1, vocab]
-    if (temperature == 0) {  // the limit of T -> 0: the likeliest character
+    // T -> 0 is the likeliest character; so is a T whose 1 / T is past f32's range.
+    const auto inv_t = static_cast<float>(1.0 / temperature);
+    if (temperature == 0 || std::isinf(inv_t)) {
       tokens.push_back(argmax(logits, -1).item<std::int64_t>());
       continue;
     }
-    logits = div(logits, temperature);
+    // (logits - max) / T <= 0: a small T overflows to -inf (weight 0), never to +inf (NaN).
+    logits = mul(sub(logits, amax(logits, {-1}, true)), inv_t);
     if (top_k > 0 && top_k < logits.size(-1)) {
       Tensor kth = topk(logits, top_k, -1).values.narrow(-1, top_k - 1, 1);
       logits = masked_fill(logits, lt(logits, kth), -std::numeric_limits<double>::infinity());
@@ -383,6 +416,43 @@ void init_weights(const nn::Module& m, std::int64_t n_layer) {
 
 bool is_tty() { return isatty(fileno(stdout)); }
 
+// Fails before training, not after it, when `path` (given to `flag`) cannot be written: it
+// names a directory, or its directory is missing or not writable. (What a --save path that
+// exists may be is save_safetensors' to check.)
+void check_writable(const char* flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const auto fail = [&](const std::string& why) {
+    throw Error(ErrorKind::io, std::string(flag) + ": cannot write " + path + ": " + why);
+  };
+  if (path.back() == '/') fail("it names a directory");
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec && st.type() != fs::file_type::not_found) fail(ec.message());
+  if (fs::is_directory(st)) fail("it is a directory");
+  const fs::path dir = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (!fs::is_directory(fs::status(dir, ec))) fail("no directory " + dir.string());
+  if (::access(dir.c_str(), W_OK) != 0) fail(dir.string() + ": " + std::strerror(errno));
+}
+
+// A checkpoint's metadata entry `key` (saved by --save: the model's shape), or `field` as it
+// is when the checkpoint has none (saved before it was stored). A flag given explicitly must
+// agree with the checkpoint; one left at its default takes the checkpoint's value (as nanoGPT's
+// resume takes the model_args of its checkpoint).
+void adopt(const CLI::App& app, const std::map<std::string, std::string>& meta, const std::string& file,
+           const char* flag, const char* key, std::int64_t least, std::int64_t& field) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) return;
+  const std::string& v = it->second;
+  std::int64_t saved = 0;
+  const auto [last, ec] = std::from_chars(v.data(), v.data() + v.size(), saved);
+  if (ec != std::errc() || last != v.data() + v.size() || saved < least)
+    throw Error(ErrorKind::io, file + ": metadata " + key + " is not an integer >= " + std::to_string(least) + ": " + v);
+  if (app.count(flag) != 0 && field != saved)
+    throw Error(ErrorKind::value, file + " was saved with " + flag + " " + v + ", the run asks for " + std::to_string(field));
+  field = saved;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -392,53 +462,80 @@ int main(int argc, char** argv) {
   app.add_option("--text", cfg.text, "a UTF-8 text file (default: the fortunes package's files)");
   app.add_flag("--tiny", cfg.tiny, "a small configuration for a CPU: 2 layers, 2 heads, 64 wide, block 64, batch 16, 300 iters");
   // Sizes and counts are checked here, so that a 0 or a negative is a usage error, not a
-  // division by zero, NaN losses or a silent no-op later.
-  const auto at_least = [](double lo, const char* what) {
+  // division by zero, NaN losses or a silent no-op later. Integers are decimal only (CLI11 alone
+  // reads 010 as octal 8 and saturates past 2^63): the transform checks the value and rewrites
+  // it in canonical form. Real values must be finite.
+  const auto integer = [](std::int64_t lo, const char* what) {
     return CLI::Validator(
         [lo, what](std::string& v) -> std::string {
-          double x = 0;
-          try {
-            x = std::stod(v);
-          } catch (const std::exception&) {
-            return "must be a number " + std::string(what) + ", got " + v;
-          }
-          return x >= lo ? std::string() : "must be " + std::string(what) + ", got " + v;
+          std::int64_t x = 0;
+          const char* end = v.data() + v.size();
+          const auto [last, ec] = std::from_chars(v.data() + (v.starts_with('+') ? 1 : 0), end, x);
+          if (ec == std::errc::result_out_of_range) return "must be " + std::string(what) + " and below 2^63, got " + v;
+          if (ec != std::errc() || last != end) return "must be a decimal integer " + std::string(what) + ", got " + v;
+          if (x < lo) return "must be " + std::string(what) + ", got " + v;
+          v = std::to_string(x);
+          return {};
         },
         what);
   };
-  const CLI::Validator positive = at_least(1, ">= 1"), non_negative = at_least(0, ">= 0");
+  const auto real = [](double lo, double hi, const char* what) {  // lo <= x < hi
+    return CLI::Validator(
+        [lo, hi, what](std::string& v) -> std::string {
+          char* last = nullptr;
+          const double x = std::strtod(v.c_str(), &last);
+          if (v.empty() || *last != '\0' || v.find_first_of("xX") != std::string::npos || !std::isfinite(x))
+            return "must be a finite number " + std::string(what) + ", got " + v;
+          if (!(x >= lo && x < hi)) return "must be " + std::string(what) + ", got " + v;
+          return {};
+        },
+        what);
+  };
+  const CLI::Validator positive = integer(1, ">= 1"), non_negative = integer(0, ">= 0");
+  const double kHuge = std::numeric_limits<double>::infinity();
   app.add_option("--iters", cfg.iters, "training steps (0: no training, e.g. to sample from --resume)")
-      ->check(non_negative)
+      ->transform(non_negative)
       ->capture_default_str();
-  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->check(positive)->capture_default_str();
-  app.add_option("--block-size", cfg.block_size, "context length")->check(positive)->capture_default_str();
-  app.add_option("--n-layer", cfg.n_layer, "transformer blocks")->check(non_negative)->capture_default_str();
-  app.add_option("--n-head", cfg.n_head, "attention heads")->check(positive)->capture_default_str();
-  app.add_option("--n-embd", cfg.n_embd, "model width")->check(positive)->capture_default_str();
-  app.add_option("--dropout", cfg.dropout, "dropout probability")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--lr", cfg.lr, "peak learning rate")->check(non_negative)->capture_default_str();
+  app.add_option("--batch-size", cfg.batch_size, "sequences per step")->transform(positive)->capture_default_str();
+  app.add_option("--block-size", cfg.block_size, "context length")->transform(positive)->capture_default_str();
+  app.add_option("--n-layer", cfg.n_layer, "transformer blocks")->transform(non_negative)->capture_default_str();
+  app.add_option("--n-head", cfg.n_head, "attention heads")->transform(positive)->capture_default_str();
+  app.add_option("--n-embd", cfg.n_embd, "model width")->transform(positive)->capture_default_str();
+  app.add_option("--dropout", cfg.dropout, "dropout probability")->check(real(0, 1, "in [0, 1)"))->capture_default_str();
+  app.add_option("--lr", cfg.lr, "peak learning rate")->check(real(0, kHuge, ">= 0"))->capture_default_str();
   app.add_option("--eval-every", cfg.eval_every, "steps between train/validation estimates")
-      ->check(positive)
+      ->transform(positive)
       ->capture_default_str();
-  app.add_option("--eval-iters", cfg.eval_iters, "batches per estimate")->check(positive)->capture_default_str();
+  app.add_option("--eval-iters", cfg.eval_iters, "batches per estimate")->transform(positive)->capture_default_str();
   app.add_option("--log-every", cfg.log_every, "steps between progress updates (each reads the loss: one sync)")
-      ->check(positive)
+      ->transform(positive)
       ->capture_default_str();
   app.add_option("--csv", cfg.csv, "write step,train_loss,val_loss,lr,tokens_per_s rows to FILE");
   app.add_option("--save", cfg.save, "write the weights to FILE.safetensors (nanoGPT's names) after training");
   app.add_option("--resume", cfg.resume, "start from the weights (and vocabulary) of FILE.safetensors");
   app.add_option("--sample", cfg.sample, "characters to generate after training")
-      ->check(non_negative)
+      ->transform(non_negative)
       ->capture_default_str();
   app.add_option("--temperature", cfg.temperature, "sampling temperature (0: greedy, the likeliest character)")
-      ->check(non_negative)
+      ->check(real(0, kHuge, ">= 0"))
       ->capture_default_str();
   app.add_option("--top-k", cfg.top_k, "sample among the k likeliest characters (0: all)")
-      ->check(non_negative)
+      ->transform(non_negative)
       ->capture_default_str();
   app.add_flag("--expect-progress", cfg.expect_progress,
                "exit with 1 unless the last train-loss estimate is below the first (a smoke test)");
-  app.add_option("--seed", cfg.seed, "seed of weights, dropout, batches and sampling")->capture_default_str();
+  app.add_option("--seed", cfg.seed, "seed of weights, dropout, batches and sampling")
+      ->transform(CLI::Validator(
+          [](std::string& v) -> std::string {
+            std::uint64_t x = 0;
+            const char* end = v.data() + v.size();
+            const auto [last, ec] = std::from_chars(v.data(), end, x);
+            if (ec != std::errc() || last != end) return "must be a decimal integer in [0, 2^64), got " + v;
+            v = std::to_string(x);
+            return {};
+          },
+          "[0, 2^64)"))
+      ->capture_default_str();
   app.add_option("--offsets-out", cfg.offsets_out,
                  "write each training batch's offsets to FILE (i64, batch-size per step) for bench/torch_gpt.py "
                  "--offsets (one host read per step)");
@@ -473,30 +570,41 @@ int main(int argc, char** argv) {
     set("--lr", cfg.lr, 3e-3);
   }
   try {
+    // The model's shape from the checkpoint first (flags left at their defaults take it).
+    std::optional<io::TensorMap> resumed;
+    std::optional<std::string> vocab_text;
+    if (!cfg.resume.empty()) {
+      const std::map<std::string, std::string> meta = io::safetensors_metadata(cfg.resume);
+      if (!meta.count("vocab")) throw Error(ErrorKind::io, cfg.resume + " has no vocab metadata");
+      vocab_text = meta.at("vocab");
+      adopt(app, meta, cfg.resume, "--n-layer", "n_layer", 0, cfg.n_layer);
+      adopt(app, meta, cfg.resume, "--n-head", "n_head", 1, cfg.n_head);
+      adopt(app, meta, cfg.resume, "--n-embd", "n_embd", 1, cfg.n_embd);
+      adopt(app, meta, cfg.resume, "--block-size", "block_size", 1, cfg.block_size);
+      if (const auto g = meta.find("gelu"); g != meta.end()) {
+        if (g->second != "none" && g->second != "tanh")
+          throw Error(ErrorKind::io, cfg.resume + ": metadata gelu is neither none nor tanh: " + g->second);
+        if (app.count("--gelu") != 0 && cfg.gelu != g->second)
+          throw Error(ErrorKind::value, cfg.resume + " was saved with --gelu " + g->second + ", the run asks for " + cfg.gelu);
+        cfg.gelu = g->second;
+      }
+      resumed = io::load_safetensors(cfg.resume);
+    }
     if (cfg.n_embd % cfg.n_head != 0) throw Error(ErrorKind::value, "--n-embd must be a multiple of --n-head");
     Device dev = cfg.device == "auto" ? (cuda::is_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(cfg.device);
     if (cfg.graph && !cfg.offsets_out.empty())
       throw Error(ErrorKind::value, "--offsets-out reads each step's offsets, which a --graph replay keeps on the device");
-    for (const std::string& out : {cfg.save, cfg.csv, cfg.offsets_out}) {  // before training, not after it
-      const std::filesystem::path dir = std::filesystem::path(out).parent_path();
-      if (!out.empty() && !dir.empty() && !std::filesystem::is_directory(dir))
-        throw Error(ErrorKind::io, "cannot write " + out + ": no directory " + dir.string());
-    }
+    check_writable("--save", cfg.save);
+    check_writable("--csv", cfg.csv);
+    check_writable("--offsets-out", cfg.offsets_out);
     if (cfg.graph && !dev.is_cuda())
       throw Error(ErrorKind::device, "--graph: CUDA graphs need a CUDA device, the run is on " + dev.str());
     manual_seed(cfg.seed);
 
-    std::optional<io::TensorMap> resumed;
-    std::string vocab_text;
-    if (!cfg.resume.empty()) {
-      resumed = io::load_safetensors(cfg.resume);
-      auto meta = io::safetensors_metadata(cfg.resume);
-      if (!meta.count("vocab")) throw Error(ErrorKind::io, cfg.resume + " has no vocab metadata");
-      vocab_text = meta.at("vocab");
-    }
     std::vector<std::uint32_t> corpus;
-    if (cfg.iters > 0 || vocab_text.empty()) corpus = decode_utf8(cfg.text.empty() ? fortunes_corpus() : read_file(cfg.text));
-    Vocab vocab = Vocab::of(vocab_text.empty() ? corpus : decode_utf8(vocab_text));
+    if (cfg.iters > 0 || !vocab_text) corpus = decode_utf8(cfg.text.empty() ? fortunes_corpus() : read_file(cfg.text));
+    const Vocab vocab = vocab_text ? Vocab::in_order(decode_utf8(*vocab_text), cfg.resume + "'s vocabulary")
+                                   : Vocab::of(corpus);
     const auto vsize = static_cast<std::int64_t>(vocab.chars.size());
 
     set_allow_tf32(cfg.dtype == "tf32");
@@ -515,7 +623,9 @@ int main(int argc, char** argv) {
       ids.reserve(corpus.size());
       for (auto cp : corpus) {
         auto it = vocab.index.find(cp);
-        if (it == vocab.index.end()) throw Error(ErrorKind::value, "the text has a character outside the checkpoint's vocabulary");
+        if (it == vocab.index.end())
+          throw Error(ErrorKind::value, "the text has the character " + Vocab::describe(cp) + ", outside " + cfg.resume +
+                                            "'s vocabulary");
         ids.push_back(it->second);
       }
       const auto n_train = static_cast<std::int64_t>(0.9 * static_cast<double>(ids.size()));
@@ -534,8 +644,9 @@ int main(int argc, char** argv) {
       const std::vector<Tensor> params = handle.parameters();
 
       std::FILE* csv = cfg.csv.empty() ? nullptr : std::fopen(cfg.csv.c_str(), "w");
-      if (!cfg.csv.empty() && !csv) throw Error(ErrorKind::io, "cannot write " + cfg.csv);
-      if (csv) std::fprintf(csv, "step,train_loss,val_loss,lr,tokens_per_s\n");
+      const auto csv_failed = [&] { throw Error(ErrorKind::io, "--csv: cannot write " + cfg.csv + ": " + std::strerror(errno)); };
+      if (!cfg.csv.empty() && !csv) csv_failed();
+      if (csv && (std::fprintf(csv, "step,train_loss,val_loss,lr,tokens_per_s\n") < 0 || std::fflush(csv) != 0)) csv_failed();
       using clock = std::chrono::steady_clock;
       auto t0 = clock::now();
       std::int64_t tokens_since = 0;
@@ -545,7 +656,8 @@ int main(int argc, char** argv) {
       std::ofstream offsets_file;
       if (!cfg.offsets_out.empty()) {
         offsets_file.open(cfg.offsets_out, std::ios::binary);
-        if (!offsets_file) throw Error(ErrorKind::io, "cannot write " + cfg.offsets_out);
+        if (!offsets_file)
+          throw Error(ErrorKind::io, "--offsets-out: cannot write " + cfg.offsets_out + ": " + std::strerror(errno));
       }
       Tensor offsets;
       auto train_step = [&]() -> std::vector<Tensor> {
@@ -568,10 +680,12 @@ int main(int argc, char** argv) {
           last_loss = tl;
           std::printf("%sstep %lld: train loss %.4f, val loss %.4f\n", is_tty() ? "\n" : "", static_cast<long long>(it),
                       tl, vl);
-          if (csv) {
-            std::fprintf(csv, "%lld,%.6f,%.6f,%.6g,%.1f\n", static_cast<long long>(it), tl, vl, lr, rate);
-            std::fflush(csv);
-          }
+          if (csv && (std::fprintf(csv, "%lld,%.6f,%.6f,%.6g,%.1f\n", static_cast<long long>(it), tl, vl, lr, rate) < 0 ||
+                      std::fflush(csv) != 0))
+            csv_failed();
+          if (!std::isfinite(tl) || !std::isfinite(vl))
+            throw Error(ErrorKind::value, "the loss estimate is not finite at step " + std::to_string(it) +
+                                              ": training diverged (a lower --lr?)");
           t0 = clock::now();  // estimates are not training time
           tokens_since = 0;
         }
@@ -588,11 +702,15 @@ int main(int argc, char** argv) {
         if (offsets_file.is_open()) {  // one host read per step: only when asked for
           const std::vector<std::int64_t> o = offsets.to_host<std::int64_t>();
           offsets_file.write(reinterpret_cast<const char*>(o.data()), static_cast<std::streamsize>(o.size() * sizeof(o[0])));
-          if (!offsets_file) throw Error(ErrorKind::io, "cannot write " + cfg.offsets_out);
+          if (!offsets_file)
+            throw Error(ErrorKind::io, "--offsets-out: cannot write " + cfg.offsets_out + ": " + std::strerror(errno));
         }
         tokens_since += cfg.batch_size * cfg.block_size;
         if ((it + 1) % cfg.log_every == 0) {
           const double l = loss.item<double>();  // the one sync of this interval
+          if (!std::isfinite(l))
+            throw Error(ErrorKind::value, "the training loss is " + std::to_string(l) + " at step " + std::to_string(it + 1) +
+                                              ": training diverged (a lower --lr?)");
           const double s = std::chrono::duration<double>(clock::now() - t0).count();
           rate = s > 0 ? static_cast<double>(tokens_since) / s : 0;
           const int width = 30;
@@ -604,7 +722,11 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
         }
       }
-      if (csv) std::fclose(csv);
+      if (csv && std::fclose(csv) != 0) csv_failed();
+      if (offsets_file.is_open()) {  // the last bytes reach the file here
+        offsets_file.close();
+        if (!offsets_file) throw Error(ErrorKind::io, "--offsets-out: cannot write " + cfg.offsets_out + ": " + std::strerror(errno));
+      }
       if (dev.is_cuda())  // the figure torch_gpt.py prints (torch.cuda.max_memory_allocated)
         std::printf("peak memory %.0f MiB allocated, %.0f MiB reserved\n",
                     static_cast<double>(cuda::memory_stats(dev).peak_allocated_bytes) / (1 << 20),
@@ -617,7 +739,16 @@ int main(int argc, char** argv) {
     if (!cfg.save.empty()) {
       io::TensorMap tensors;
       for (auto& [name, t] : handle.state_dict()) tensors[name] = t;
-      io::save_safetensors(cfg.save, tensors, {{"vocab", vocab.text()}, {"format", "pt"}});
+      // The vocabulary in token order and the model's shape, for --resume (nanoGPT keeps the
+      // same in its checkpoint's model_args).
+      io::save_safetensors(cfg.save, tensors,
+                           {{"vocab", vocab.text()},
+                            {"format", "pt"},
+                            {"n_layer", std::to_string(cfg.n_layer)},
+                            {"n_head", std::to_string(cfg.n_head)},
+                            {"n_embd", std::to_string(cfg.n_embd)},
+                            {"block_size", std::to_string(cfg.block_size)},
+                            {"gelu", cfg.gelu}});
       std::printf("saved %s (nanoGPT's parameter names; vocabulary in the metadata)\n", cfg.save.c_str());
     }
     if (cfg.sample > 0) {
@@ -625,10 +756,14 @@ int main(int argc, char** argv) {
       std::vector<std::int64_t> out = generate(handle, *model, {start}, cfg.sample, cfg.temperature, cfg.top_k, dev);
       std::string text;
       for (std::size_t i = 1; i < out.size(); ++i) text += encode_utf8(vocab.chars[static_cast<std::size_t>(out[i])]);
-      std::printf("---- sample (temperature %g, top-k %lld)\n%s\n----\n", cfg.temperature,
-                  static_cast<long long>(cfg.top_k), text.c_str());
+      std::printf("---- sample (temperature %g, top-k %lld)\n", cfg.temperature, static_cast<long long>(cfg.top_k));
+      std::fwrite(text.data(), 1, text.size(), stdout);  // (the text may hold NULs)
+      std::printf("\n----\n");
     }
   } catch (const Error& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // the standard library's (std::bad_alloc, ...): a message, not std::terminate
     std::fprintf(stderr, "gpt: %s\n", e.what());
     return 1;
   }

@@ -10,7 +10,11 @@ for case in "--eval-every 0|--eval-every: must be >= 1, got 0" "--log-every 0|--
             "--block-size 0|--block-size: must be >= 1, got 0" "--eval-iters 0|--eval-iters: must be >= 1, got 0" \
             "--n-embd 0|--n-embd: must be >= 1, got 0" "--sample -5|--sample: must be >= 0, got -5" \
             "--temperature -1|--temperature: must be >= 0, got -1" "--top-k -3|--top-k: must be >= 0, got -3" \
-            "--lr x|--lr: must be a number >= 0, got x" \
+            "--lr x|--lr: must be a finite number >= 0, got x" "--lr inf|--lr: must be a finite number >= 0, got inf" \
+            "--dropout 1|--dropout: must be in [0, 1), got 1" "--iters 0x10|--iters: must be a decimal integer >= 0" \
+            "--iters 99999999999999999999|--iters: must be >= 0 and below 2^63" \
+            "--seed -1|--seed: must be a decimal integer in [0, 2^64), got -1" \
+            "--text /dev/zero|cannot read /dev/zero: not a regular file" "--save .|--save: cannot write .: it is a directory" \
             "--save /nonexistent-dir/x.safetensors|cannot write /nonexistent-dir/x.safetensors: no directory"; do
   args=${case%%|*} want=${case#*|}
   # shellcheck disable=SC2086
@@ -24,6 +28,14 @@ a=$(sample 1) || fail "greedy sampling failed"
 b=$(sample 2) || fail "greedy sampling failed"
 [ -n "$a" ] || fail "no sample printed"
 [ "$a" = "$b" ] || fail "greedy samples differ between seeds: '$a' / '$b'"
+# A temperature whose 1 / T is past f32's range is greedy too (not NaN weights).
+e=$("$gpt" --device cpu --tiny --iters 0 --resume "$ckpt" --sample 60 --temperature 1e-300 --seed 3 | sed -n '/^---- sample/,$p') ||
+  fail "sampling at temperature 1e-300 failed"
+[ "${e#*)}" = "${a#*)}" ] || fail "temperature 1e-300 is not greedy: '$e' / '$a'"
+# The checkpoint carries its shape: without --tiny the run takes it, a flag that disagrees is an error.
+"$gpt" --device cpu --iters 0 --resume "$ckpt" --sample 5 > /dev/null || fail "resuming without the run's flags failed"
+out=$("$gpt" --device cpu --iters 0 --resume "$ckpt" --n-head 4 2>&1) && fail "a --n-head that disagrees with the checkpoint exited with 0"
+case $out in *"was saved with --n-head 2, the run asks for 4"*) ;; *) fail "--n-head 4: got: $out" ;; esac
 # At temperature 1 the seed decides (60 characters: a collision would be a broken generator).
 c=$("$gpt" --device cpu --tiny --iters 0 --resume "$ckpt" --sample 60 --seed 1 | sed -n '/^---- sample/,$p')
 d=$("$gpt" --device cpu --tiny --iters 0 --resume "$ckpt" --sample 60 --seed 2 | sed -n '/^---- sample/,$p')

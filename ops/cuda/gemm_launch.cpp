@@ -52,7 +52,10 @@
 // such: with an epilogue it runs Lt without one, then the epilogue as a separate kernel
 // (binary add, or reduce); without one, cublasGemmStridedBatchedEx. k == 0 and sizes past int
 // take cuBLAS's path too. The cache holds at most max_plans keys (cleared when full).
-// BRRR_GEMM_LOG=1 prints each new plan and whether Lt has a kernel for it.
+// BRRR_GEMM_LOG=1 prints each new plan, whether Lt has a kernel for it, and its split-K (slices
+// and cuBLASLt's reduction scheme). The heuristic may pick any reduction scheme: the GPT's weight
+// gradients (k = 16384) take 3-5 slices summed by a separate kernel, and restricting it to
+// in-place sums or to no split-K measured slower (docs/benchmarks.md).
 //
 // Tuning (opt-in, as PyTorch's TunableOp): with BRRR_GEMM_TUNE=1 (or =N, N candidates; 1 means
 // 8) a new plan asks the heuristic for N candidates instead of one and times each on the
@@ -452,17 +455,24 @@ LtPlan& lt_plan(DeviceBlas& blas, const Call& call, cublasLtEpilogue_t epilogue,
     BRRR_CUBLAS_CHECK(status);  // a real error, not "no kernel for this case"
   }
   if (log_plans()) {
+    std::uint32_t splits = 1, scheme = 0;
+    if (plan->usable) {
+      BRRR_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&plan->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                             sizeof(splits), nullptr));
+      BRRR_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&plan->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                             &scheme, sizeof(scheme), nullptr));
+    }
     std::fprintf(stderr,
                  "brrr gemm plan: %s%s compute %d, C [%lld, %lld], k %lld, batch %lld, A %s ld %lld, B %s ld %lld, "
                  "epilogue %d, alignment A/B/C/vector %lld/%lld/%lld/%lld -> %s (status %d, %d results; "
-                 "candidate %d, %.4f ms against the first's %.4f)\n",
+                 "candidate %d, %.4f ms against the first's %.4f; split-K %u, reduction scheme %u)\n",
                  to_string(g.dtype), g.f32_out ? " (f32 C)" : "", static_cast<int>(t.compute), static_cast<long long>(g.m),
                  static_cast<long long>(g.n), static_cast<long long>(g.k), static_cast<long long>(g.batch),
                  call.y.op == CUBLAS_OP_N ? "N" : "T", static_cast<long long>(call.y.ld),
                  call.x.op == CUBLAS_OP_N ? "N" : "T", static_cast<long long>(call.x.ld), static_cast<int>(epilogue),
                  static_cast<long long>(key[14]), static_cast<long long>(key[13]), static_cast<long long>(key[15]),
                  static_cast<long long>(key[16]), plan->usable ? "cuBLASLt" : "no Lt kernel", static_cast<int>(status),
-                 count, chosen, static_cast<double>(best_ms), static_cast<double>(first_ms));
+                 count, chosen, static_cast<double>(best_ms), static_cast<double>(first_ms), splits, scheme);
   }
   return *blas.plans.emplace(key, std::move(plan)).first->second;
 }
