@@ -82,7 +82,8 @@
 // column l/2; the owner of column 8 nt + 2t + e reads them by shuffles. Only the forward draws
 // the words: it stores the bits it computes (AttentionDropout::keep_bits, a row-major bit
 // matrix of 3 MiB for the GPT's [64, 6, 256, 256]), and dq and dK/dV read them instead of
-// drawing them again (each backward kernel spent about as long on Philox as the forward).
+// drawing them again (each backward kernel spent about as long on Philox as the forward),
+// each lane loading its runs for the next tile a loop step ahead.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -204,32 +205,11 @@ __device__ __forceinline__ std::uint32_t stored_run(const Dropout& drop, std::ui
   return N == 32 ? w : (w >> (j % 32)) & ((1u << N) - 1);
 }
 
-// Keep bits of a warp's 16 rows (queries first_row + r) x NK keys [j0, j0 + NK) for this
-// thread's accumulator elements: bit 4 nt + c of the result belongs to s[nt][c]. Lane l
-// handles row l / 2, keys (l % 2) NK / 2 .. + NK / 2 - 1: the forward (STORED false) draws them
-// and writes them to the stored mask when there is one; the dq kernel (STORED) reads them there.
-// rows_left: the warp's rows before L.
-template <int NK, bool STORED>
-__device__ __forceinline__ std::uint32_t keep_rows(const Dropout& drop, std::uint64_t seed, std::uint64_t offset,
-                                                   std::uint64_t first_row /* (b H + h) L + first query */,
-                                                   int rows_left, int k_len, int j0, int lane) {
+// Spreads the 16 rows x NK keys of a warp's mask to the accumulator layout: lane l holds bits
+// `mine` of row l / 2, keys (l % 2) NK / 2 .. + NK / 2 - 1; bit 4 nt + c of the result belongs
+// to s[nt][c]. Every lane of the warp takes part (shuffles).
+template <int NK> __device__ __forceinline__ std::uint32_t spread_rows(std::uint32_t mine, int lane) {
   constexpr int kHalf = NK / 2;
-  const int r = lane / 2, j = j0 + kHalf * (lane % 2);
-  const bool in = r < rows_left && j < k_len;  // (the bits of the others are never used)
-  std::uint32_t mine;
-  if constexpr (STORED) {
-    mine = in ? stored_run<kHalf>(drop, first_row + r, j) : 0;
-  } else {
-    mine = keep_run<kHalf>(seed, offset + (first_row + r) * static_cast<std::uint64_t>(k_len) + j, drop.threshold);
-    if (drop.bits != nullptr) {
-      if constexpr (kHalf == 32) {
-        if (in) drop.bits[(first_row + r) * static_cast<std::uint64_t>(drop.words) + j / 32] = mine;
-      } else {  // lanes 2r and 2r + 1 hold the two halves of one word (j0 a multiple of 32)
-        const std::uint32_t high = __shfl_xor_sync(kFull, mine, 1);
-        if (in && lane % 2 == 0) drop.bits[(first_row + r) * static_cast<std::uint64_t>(drop.words) + j / 32] = mine | high << 16;
-      }
-    }
-  }
   const int g = lane / 4, t = lane % 4;
   const std::uint32_t lo0 = __shfl_sync(kFull, mine, 2 * g), hi0 = __shfl_sync(kFull, mine, 2 * g + 1);
   const std::uint32_t lo1 = __shfl_sync(kFull, mine, 2 * g + 16), hi1 = __shfl_sync(kFull, mine, 2 * g + 17);
@@ -244,18 +224,66 @@ __device__ __forceinline__ std::uint32_t keep_rows(const Dropout& drop, std::uin
   return keep;
 }
 
-// Keep bits of a warp's 16 keys [jw, jw + 16) x BQ queries (rows first_row + c), read from the
-// stored mask: bit 4 nt + c belongs to s[nt][c] of the transposed scores (rows keys g, g + 8;
-// columns queries). queries_left: the tile's queries before L.
+// This lane's run of the stored mask for spread_rows<NK> (row first_row + l / 2, keys j0 +
+// (l % 2) NK / 2 ..; 0 past rows_left or k_len). The dq kernel loads the next key tile's run a
+// loop step ahead, so that the load's latency hides behind a tile's products.
+template <int NK>
+__device__ __forceinline__ std::uint32_t stored_rows_run(const Dropout& drop, std::uint64_t first_row, int rows_left,
+                                                         int k_len, int j0, int lane) {
+  constexpr int kHalf = NK / 2;
+  const int r = lane / 2, j = j0 + kHalf * (lane % 2);
+  return r < rows_left && j < k_len ? stored_run<kHalf>(drop, first_row + r, j) : 0u;
+}
+
+// Keep bits of a warp's 16 rows (queries first_row + r) x NK keys [j0, j0 + NK), drawn by the
+// forward, which writes them to the stored mask when there is one (spread_rows' layout).
+// rows_left: the warp's rows before L.
+template <int NK>
+__device__ __forceinline__ std::uint32_t keep_rows(const Dropout& drop, std::uint64_t seed, std::uint64_t offset,
+                                                   std::uint64_t first_row /* (b H + h) L + first query */,
+                                                   int rows_left, int k_len, int j0, int lane) {
+  constexpr int kHalf = NK / 2;
+  const int r = lane / 2, j = j0 + kHalf * (lane % 2);
+  const bool in = r < rows_left && j < k_len;  // (the bits of the others are never used)
+  const std::uint32_t mine =
+      keep_run<kHalf>(seed, offset + (first_row + r) * static_cast<std::uint64_t>(k_len) + j, drop.threshold);
+  if (drop.bits != nullptr) {
+    if constexpr (kHalf == 32) {
+      if (in) drop.bits[(first_row + r) * static_cast<std::uint64_t>(drop.words) + j / 32] = mine;
+    } else {  // lanes 2r and 2r + 1 hold the two halves of one word (j0 a multiple of 32)
+      const std::uint32_t high = __shfl_xor_sync(kFull, mine, 1);
+      if (in && lane % 2 == 0) drop.bits[(first_row + r) * static_cast<std::uint64_t>(drop.words) + j / 32] = mine | high << 16;
+    }
+  }
+  return spread_rows<NK>(mine, lane);
+}
+
+// This lane's runs of the stored mask for a warp's 16 keys [jw, jw + 16) x BQ queries (rows
+// first_row + c): BQ = 64, keys jw .. + 15 of columns 2l (low half) and 2l + 1 (high half); BQ
+// = 32, of column l; BQ = 16, keys jw + 8 (l % 2) .. + 7 of column l / 2. Bits of queries past
+// queries_left (the tile's before L) and keys past S are 0. The dK/dV kernel loads the next
+// query tile's runs a loop step ahead, so that the loads' latency hides behind a tile's products.
 template <int BQ>
-__device__ __forceinline__ std::uint32_t keep_cols(const Dropout& drop, std::uint64_t first_row, int queries_left,
-                                                   int k_len, int jw, int lane) {
-  const int g = lane / 4, t = lane % 4;
-  // Keys [j, j + N) of query column c (the bits of queries past L and keys past S are never used).
+__device__ __forceinline__ std::uint32_t stored_cols_run(const Dropout& drop, std::uint64_t first_row, int queries_left,
+                                                         int k_len, int jw, int lane) {
   const auto run16 = [&](int c) { return c < queries_left && jw < k_len ? stored_run<16>(drop, first_row + c, jw) : 0u; };
+  if constexpr (BQ == 64) {
+    return run16(2 * lane) | run16(2 * lane + 1) << 16;
+  } else if constexpr (BQ == 32) {
+    return run16(lane);
+  } else {
+    static_assert(BQ == 16);
+    const int c = lane / 2, j = jw + 8 * (lane % 2);
+    return c < queries_left && j < k_len ? stored_run<8>(drop, first_row + c, j) : 0u;
+  }
+}
+
+// Keep bits of the transposed scores from stored_cols_run's runs: bit 4 nt + c belongs to
+// s[nt][c] (rows keys g, g + 8; columns queries). Every lane of the warp takes part (shuffles).
+template <int BQ> __device__ __forceinline__ std::uint32_t spread_cols(std::uint32_t mine, int lane) {
+  const int g = lane / 4, t = lane % 4;
   std::uint32_t keep = 0;
   if constexpr (BQ == 64) {
-    const std::uint32_t mine = run16(2 * lane) | run16(2 * lane + 1) << 16;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const std::uint32_t x = __shfl_sync(kFull, mine, 4 * nt + t);  // columns 8 nt + 2t, + 1
@@ -263,7 +291,6 @@ __device__ __forceinline__ std::uint32_t keep_cols(const Dropout& drop, std::uin
               << (4 * nt);
     }
   } else if constexpr (BQ == 32) {
-    const std::uint32_t mine = run16(lane);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const std::uint32_t x0 = __shfl_sync(kFull, mine, 8 * nt + 2 * t), x1 = __shfl_sync(kFull, mine, 8 * nt + 2 * t + 1);
@@ -271,8 +298,6 @@ __device__ __forceinline__ std::uint32_t keep_cols(const Dropout& drop, std::uin
     }
   } else {
     static_assert(BQ == 16);  // lane l: column l / 2, keys 8 (l % 2) .. + 7
-    const int c = lane / 2, j = jw + 8 * (lane % 2);
-    const std::uint32_t mine = c < queries_left && j < k_len ? stored_run<8>(drop, first_row + c, j) : 0u;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int c = 8 * nt + 2 * t;  // columns c, c + 1
@@ -568,7 +593,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksForward<T, DMAX>)
     const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);
     std::uint32_t keep = 0;  // (before the scores exist: fewer live registers; none when all are masked)
     if constexpr (DROP)
-      if (hi > 0) keep = keep_rows<NK, false>(drop, seed, offset, row0, g.q_len - iw, g.k_len, j0, lane);
+      if (hi > 0) keep = keep_rows<NK>(drop, seed, offset, row0, g.q_len - iw, g.k_len, j0, lane);
     float s[NT][4];
     zero(s);
     mma_abt<REGS, KS, NT, P>(s, qf, sq + 16 * warp * P, ck, lane, 0, hi);
@@ -721,6 +746,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
   }
   float acc[OT][4];
   zero(acc);
+  std::uint32_t run_next = 0;  // the stored mask's run of the next key tile (dropout)
+  if constexpr (DROP) run_next = stored_rows_run<NK>(drop, row0, g.q_len - iw, g.k_len, 0, lane);
 
   for (int n = 0; n < n_tiles; ++n) {
     const int j0 = n * NK;
@@ -738,8 +765,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     const T* cv = ck + kKT;
     const int hi = min(causal ? iw + 16 - j0 : NK, g.k_len - j0);  // as in the forward
     std::uint32_t keep = 0;
-    if constexpr (DROP)
-      if (hi > 0) keep = keep_rows<NK, true>(drop, 0, 0, row0, g.q_len - iw, g.k_len, j0, lane);
+    if constexpr (DROP) {
+      const std::uint32_t run = run_next;
+      if (n + 1 < n_tiles) run_next = stored_rows_run<NK>(drop, row0, g.q_len - iw, g.k_len, j0 + NK, lane);
+      if (hi > 0) keep = spread_rows<NK>(run, lane);
+    }
     float s[NT][4], dp[NT][4];
     zero(s);
     zero(dp);
@@ -916,6 +946,11 @@ __global__ void __launch_bounds__(kThreads)
   float dka[OT][4], dva[OT][4];
   zero(dka);
   zero(dva);
+  std::uint32_t run_next = 0;  // the stored mask's runs of the next query tile (dropout)
+  if constexpr (DROP)
+    if (t_first < t_end)
+      run_next = stored_cols_run<BQ>(drop, static_cast<std::uint64_t>(rows0 + t_first * BQ), g.q_len - t_first * BQ,
+                                     g.k_len, jw, lane);
 
   for (int t = t_first; t < t_end; ++t) {
     const int i0 = t * BQ, buf = (t - t_first) & 1;
@@ -952,9 +987,13 @@ __global__ void __launch_bounds__(kThreads)
     // Queries that see a key of this warp: causal, none before its first key; none past L.
     const int lo = causal ? jw - i0 : 0, hi = g.q_len - i0;
     std::uint32_t keep = 0;
-    if constexpr (DROP)
-      if (lo < min(hi, BQ))
-        keep = keep_cols<BQ>(drop, static_cast<std::uint64_t>(rows0 + i0), g.q_len - i0, g.k_len, jw, lane);
+    if constexpr (DROP) {
+      const std::uint32_t run = run_next;
+      if (t + 1 < t_end)
+        run_next = stored_cols_run<BQ>(drop, static_cast<std::uint64_t>(rows0 + i0 + BQ), g.q_len - i0 - BQ, g.k_len,
+                                       jw, lane);
+      if (lo < min(hi, BQ)) keep = spread_cols<BQ>(run, lane);
+    }
     float s[NT][4], dp[NT][4];  // transposed: rows keys grp, grp + 8 of the warp; columns queries
     zero(s);
     zero(dp);
