@@ -596,13 +596,15 @@ struct SVDResult {
   Tensor Vh;  ///< [..., k, n] (full_matrices: [..., n, n]), orthonormal rows
 };
 /// The singular value decomposition of A [..., m, n] (f32/f64; torch.linalg.svd). Computed
-/// by Eigen's divide-and-conquer SVD on the host in A's dtype; a CUDA A is read back (one
+/// by LAPACK's divide-and-conquer gesdd (OpenBLAS's; PyTorch's CPU routine) on the host in A's
+/// dtype; a CUDA A is read back (one
 /// counted sync) and the factors copied to its device. Singular vectors are unique only up to
 /// sign (and rotation within repeated values). Differentiable (J. Townsend, "Differentiating
 /// the Singular Value Decomposition", 2016) for distinct, and for gradients of U / Vh of a
 /// non-square A non-zero, singular values; with full_matrices the gradients of the columns
 /// past k are ignored, as PyTorch. Error(shape) under 2 dims, Error(dtype) for other dtypes,
-/// Error(value) for non-finite input.
+/// Error(value) for non-finite input, a matrix side over 2^28 (LAPACK's 32-bit sizes) or no
+/// convergence.
 [[nodiscard]] SVDResult linalg_svd(const Tensor& a, bool full_matrices = true);
 /// The singular values of A [..., m, n] -> [..., min(m, n)], descending (torch.linalg.svdvals):
 /// linalg_svd without the vectors when no gradient is needed; its errors and its sync.

@@ -1,20 +1,30 @@
 // The singular value decomposition (torch.linalg.svd / svdvals), which matrix_norm's 2, -2 and
-// "nuc" (ops/linalg.cpp) reduce. The factorisation is Eigen's divide-and-conquer BDCSVD on
-// the host, one matrix of the batch at a time in the input's dtype (f32 or f64, as LAPACK's
-// gesdd that PyTorch calls on the CPU); a CUDA input is read back to the host and the
-// factors are copied to the device (a counted host sync: cuSOLVER is not wired in yet). The
-// gradient is written with tensor ops on the saved factors, so create_graph differentiates it
-// again through this same node.
+// "nuc" (ops/linalg.cpp) reduce. The factorisation is LAPACK's divide-and-conquer gesdd (from
+// OpenBLAS), the routine PyTorch calls on the CPU, on the host, one matrix of the batch at a
+// time in the input's dtype (f32: sgesdd, f64: dgesdd); a CUDA input is read back to the host
+// and the factors are copied to the device (a counted host sync: cuSOLVER is not wired in
+// yet). The gradient is written with tensor ops on the saved factors, so create_graph
+// differentiates it again through this same node.
 module;
-#include <Eigen/Dense>
-#include <Eigen/SVD>
-
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
+
+// LAPACK's Fortran entry points (OpenBLAS exports them; 32-bit integers, column-major; the
+// trailing length is gfortran's hidden one of the character argument).
+extern "C" {
+void sgesdd_(const char* jobz, const int* m, const int* n, float* a, const int* lda, float* s, float* u,
+             const int* ldu, float* vt, const int* ldvt, float* work, const int* lwork, int* iwork, int* info,
+             std::size_t jobz_len);
+void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int* lda, double* s, double* u,
+             const int* ldu, double* vt, const int* ldvt, double* work, const int* lwork, int* iwork, int* info,
+             std::size_t jobz_len);
+}
 module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
@@ -34,23 +44,39 @@ void check_input(const char* op, const Tensor& a) {
     throw Error(ErrorKind::dtype, std::string(op) + ": expected f32 or f64, got " + describe(a));
 }
 
+void gesdd(const char* jobz, const int* m, const int* n, float* a, const int* lda, float* s, float* u, const int* ldu,
+           float* vt, const int* ldvt, float* work, const int* lwork, int* iwork, int* info) {
+  sgesdd_(jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info, 1);
+}
+void gesdd(const char* jobz, const int* m, const int* n, double* a, const int* lda, double* s, double* u,
+           const int* ldu, double* vt, const int* ldvt, double* work, const int* lwork, int* iwork, int* info) {
+  dgesdd_(jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info, 1);
+}
+
 // Factors of every matrix of a contiguous [batch, m, n] host copy: S [batch, k] descending,
 // and when `uv`, U [batch, m, ku] and Vh [batch, kv, n] row-major (ku = kv = k reduced, m and
-// n full).
+// n full). A row-major m x n matrix is the column-major n x m Aᵀ = V S Uᵀ, so gesdd of Aᵀ
+// writes Vh (row-major) where it puts its U and U where it puts its Vᵀ, with no transposes.
 template <class T>
-void factor(const std::vector<T>& a, std::int64_t batch, std::int64_t m, std::int64_t n, bool uv, bool full,
+void factor(std::vector<T>& a, std::int64_t batch, std::int64_t m, std::int64_t n, bool uv, bool full,
             std::vector<T>& u, std::vector<T>& s, std::vector<T>& vh, const char* op) {
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const std::int64_t k = std::min(m, n), ku = full ? m : k, kv = full ? n : k;
   s.assign(static_cast<std::size_t>(batch * k), T(0));
   if (uv) {
     u.assign(static_cast<std::size_t>(batch * m * ku), T(0));
     vh.assign(static_cast<std::size_t>(batch * kv * n), T(0));
   }
-  const unsigned options = !uv ? 0u : full ? (Eigen::ComputeFullU | Eigen::ComputeFullV)
-                                           : (Eigen::ComputeThinU | Eigen::ComputeThinV);
+  if (m > INT_MAX / 8 || n > INT_MAX / 8)  // gesdd's workspace sizes are 32-bit integers too
+    throw Error(ErrorKind::value, std::string(op) + ": a " + std::to_string(m) + "x" + std::to_string(n) +
+                                      " matrix is too large for LAPACK's 32-bit sizes");
+  const char jobz = !uv ? 'N' : full ? 'A' : 'S';
+  const int rows = static_cast<int>(n), cols = static_cast<int>(m);  // of the column-major Aᵀ
+  const int lda = std::max(rows, 1), ldu = std::max(rows, 1), ldvt = std::max(static_cast<int>(ku), 1);
+  std::vector<int> iwork(static_cast<std::size_t>(8 * std::max<std::int64_t>(k, 1)));
+  std::vector<T> work;
+  T dummy_vt = 0, dummy_u = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const T* ab = a.data() + b * m * n;
+    T* ab = a.data() + b * m * n;
     for (std::int64_t i = 0; i < m * n; ++i)
       if (!std::isfinite(ab[i]))
         throw Error(ErrorKind::value, std::string(op) + ": the input holds a non-finite value (matrix " +
@@ -60,15 +86,25 @@ void factor(const std::vector<T>& a, std::int64_t batch, std::int64_t m, std::in
       for (std::int64_t i = 0; uv && full && i < n; ++i) vh[static_cast<std::size_t>((b * n + i) * n + i)] = T(1);
       continue;
     }
-    Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> A = Eigen::Map<const Mat>(ab, m, n);
-    Eigen::BDCSVD<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>> svd(A, options);
-    if (svd.info() != Eigen::Success)
+    T* sb = s.data() + b * k;
+    T* gu = uv ? vh.data() + b * kv * n : &dummy_vt;  // gesdd's U: Vh
+    T* gvt = uv ? u.data() + b * m * ku : &dummy_u;   // gesdd's Vᵀ: U
+    int info = 0;
+    if (work.empty()) {  // the workspace query: the same for every matrix of the batch
+      T size = 0;
+      const int query = -1;
+      gesdd(&jobz, &rows, &cols, ab, &lda, sb, gu, &ldu, gvt, &ldvt, &size, &query, iwork.data(), &info);
+      if (info != 0)
+        throw Error(ErrorKind::value, std::string(op) + ": LAPACK's gesdd refused its arguments (info " +
+                                          std::to_string(info) + ")");
+      work.resize(static_cast<std::size_t>(std::max<double>(static_cast<double>(size), 1.0)));
+    }
+    const int lwork = static_cast<int>(work.size());
+    gesdd(&jobz, &rows, &cols, ab, &lda, sb, gu, &ldu, gvt, &ldvt, work.data(), &lwork, iwork.data(), &info);
+    if (info != 0)
       throw Error(ErrorKind::value, std::string(op) + ": the SVD did not converge (matrix " + std::to_string(b) +
-                                        " of the batch, " + std::to_string(m) + "x" + std::to_string(n) + ")");
-    for (std::int64_t i = 0; i < k; ++i) s[static_cast<std::size_t>(b * k + i)] = svd.singularValues()(i);
-    if (!uv) continue;
-    Eigen::Map<Mat>(u.data() + b * m * ku, m, ku) = svd.matrixU();
-    Eigen::Map<Mat>(vh.data() + b * kv * n, kv, n) = svd.matrixV().transpose();
+                                        " of the batch, " + std::to_string(m) + "x" + std::to_string(n) +
+                                        "; LAPACK's gesdd info " + std::to_string(info) + ")");
   }
 }
 
@@ -91,8 +127,8 @@ Factors compute(const Tensor& a, bool uv, bool full, const char* op) {
   };
   Factors f;
   auto run = [&]<class T>() {
-    std::vector<T> u, s, vh;
-    factor<T>(a.contiguous().template to_host<T>(), batch, m, n, uv, full, u, s, vh, op);
+    std::vector<T> host = a.contiguous().template to_host<T>(), u, s, vh;  // gesdd overwrites its input
+    factor<T>(host, batch, m, n, uv, full, u, s, vh, op);
     f.S = Tensor::from_vector(s, with(k, -1)).to(a.device());
     if (uv) {
       f.U = Tensor::from_vector(u, with(m, full ? m : k)).to(a.device());
