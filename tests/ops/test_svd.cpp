@@ -128,6 +128,36 @@ TEST_CASE("linalg_svd: hand-computed factors of a diagonal and a rank-one matrix
   CHECK(std::abs(s[1]) < 1e-14);
 }
 
+TEST_CASE("linalg_svd: extreme magnitudes, one-row and one-column matrices, a batch of several") {
+  FRESH_SEED();
+  // LAPACK scales a matrix whose norm is near over- or underflow: the values scale with A.
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
+    Tensor base = randn({5, 3}, {.dtype = DType::f64});
+    const std::vector<double> ref = test::values(linalg_svdvals(base));
+    for (double scale : {1e30, 1e-30}) {
+      INFO(to_string(dt), " scale ", scale);
+      std::vector<double> s = test::values(linalg_svdvals((base * scale).to(dt)));
+      REQUIRE(s.size() == ref.size());
+      for (std::size_t i = 0; i < s.size(); ++i) CHECK(s[i] / scale == doctest::Approx(ref[i]).epsilon(tol * 10));
+    }
+    // One row or one column: the single singular value is the vector's norm, the factors
+    // rebuild it.
+    for (Shape shape : {Shape{1, 6}, Shape{6, 1}}) {
+      Tensor a = randn(shape, {.dtype = dt});
+      SVDResult r = linalg_svd(a, false);
+      const double norm = std::sqrt(test::values((a.to(DType::f64) * a.to(DType::f64)).sum())[0]);
+      CHECK(test::values(r.S)[0] == doctest::Approx(norm).epsilon(tol * 10));
+      testing::assert_close(matmul(r.U * r.S.unsqueeze(-2), r.Vh), a, {.rtol = tol * 10, .atol = tol * 10});
+    }
+  }
+  // A batch: each matrix factored on its own (the workspace is sized once for the batch).
+  Tensor batch = randn({4, 3, 5}, {.dtype = DType::f64});
+  Tensor s = linalg_svdvals(batch);
+  for (std::int64_t b = 0; b < 4; ++b)
+    testing::assert_close(s.select(0, b), linalg_svdvals(batch.select(0, b)), {.rtol = 1e-14, .atol = 1e-14});
+}
+
 TEST_CASE("linalg_svd gradients against central differences, first and second order") {
   FRESH_SEED();
   auto x = [](Shape s) { return randn(s, {.dtype = DType::f64}); };
