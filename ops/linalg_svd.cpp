@@ -60,15 +60,16 @@ void gesdd(const char* jobz, const int* m, const int* n, double* a, const int* l
 template <class T>
 void factor(std::vector<T>& a, std::int64_t batch, std::int64_t m, std::int64_t n, bool uv, bool full,
             std::vector<T>& u, std::vector<T>& s, std::vector<T>& vh, const char* op) {
+  // Before the factors are allocated: a full U of such a matrix would not fit anyway.
+  if (m > INT_MAX / 8 || n > INT_MAX / 8)  // gesdd's workspace sizes are 32-bit integers too
+    throw Error(ErrorKind::value, std::string(op) + ": a " + std::to_string(m) + "x" + std::to_string(n) +
+                                      " matrix is too large for LAPACK's 32-bit sizes");
   const std::int64_t k = std::min(m, n), ku = full ? m : k, kv = full ? n : k;
   s.assign(static_cast<std::size_t>(batch * k), T(0));
   if (uv) {
     u.assign(static_cast<std::size_t>(batch * m * ku), T(0));
     vh.assign(static_cast<std::size_t>(batch * kv * n), T(0));
   }
-  if (m > INT_MAX / 8 || n > INT_MAX / 8)  // gesdd's workspace sizes are 32-bit integers too
-    throw Error(ErrorKind::value, std::string(op) + ": a " + std::to_string(m) + "x" + std::to_string(n) +
-                                      " matrix is too large for LAPACK's 32-bit sizes");
   const char jobz = !uv ? 'N' : full ? 'A' : 'S';
   const int rows = static_cast<int>(n), cols = static_cast<int>(m);  // of the column-major Aᵀ
   const int lda = std::max(rows, 1), ldu = std::max(rows, 1), ldvt = std::max(static_cast<int>(ku), 1);
