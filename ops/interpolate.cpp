@@ -141,7 +141,12 @@ Tensor interpolate(const Tensor& input, const InterpolateOptions& options) {
       if (!(s > 0) || !std::isfinite(s))
         throw Error(ErrorKind::value, std::string(op) + ": scale_factor must be positive and finite, got " +
                                           list_text(options.scale_factor));
-      out_size[first + d] = static_cast<std::int64_t>(std::floor(static_cast<double>(in) * s));  // PyTorch's rounding
+      const double out = std::floor(static_cast<double>(in) * s);  // PyTorch's rounding
+      if (!(out < 0x1p63))  // a size past int64 (converting it would be undefined)
+        throw Error(ErrorKind::value, std::string(op) + ": scale_factor " + list_text(options.scale_factor) +
+                                          " makes spatial dim " + std::to_string(d) + " of " + describe(input) +
+                                          " larger than 2^63");
+      out_size[first + d] = static_cast<std::int64_t>(out);
       if (!options.recompute_scale_factor.value_or(false)) scales[first + d] = s;
     }
     if (in <= 0 || out_size[first + d] <= 0)

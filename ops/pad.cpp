@@ -88,7 +88,11 @@ Tensor pad(const Tensor& input, const std::vector<std::int64_t>& padding, std::s
     const std::string where = std::string(op) + ": padding " + list_text(padding) + " of dim " + std::to_string(dim) +
                               " (size " + std::to_string(n) + ") in " + std::string(mode) + " mode";
     if (mode == "constant") {
-      if (n + before + after < 0 || (before < 0 && -before > n) || (after < 0 && -after > n))
+      // Checked sums: amounts near +-2^63 must not wrap (or negate INT64_MIN) into a size.
+      std::int64_t size = 0;
+      if (__builtin_add_overflow(n, before, &size) || __builtin_add_overflow(size, after, &size))
+        throw Error(ErrorKind::value, where + " gives a size past 2^63");
+      if (size < 0 || (before < 0 && before < -n) || (after < 0 && after < -n))
         throw Error(ErrorKind::shape, where + " gives a negative size");
     } else if (before < 0 || after < 0) {
       throw Error(ErrorKind::value, where + " must be non-negative");
@@ -109,11 +113,16 @@ Tensor pixel_shuffle(const Tensor& input, std::int64_t upscale_factor) {
   NvtxRange range(op);
   require_defined(op, input);
   const std::int64_t r = upscale_factor, nd = input.dim();
-  if (nd < 3 || r <= 0 || input.size(-3) % (r * r) != 0)
+  // r^2, H r and W r checked: a huge r must not wrap (C = 0 divides by any r^2).
+  std::int64_t r2 = 0, hr = 0, wr = 0;
+  if (nd < 3 || r <= 0 || __builtin_mul_overflow(r, r, &r2) || input.size(-3) % r2 != 0)
     throw Error(ErrorKind::shape, std::string(op) + ": expected an input [*, C * r^2, H, W] with r = upscale_factor = " +
                                       std::to_string(r) + " > 0, got " + describe(input));
+  if (__builtin_mul_overflow(input.size(-2), r, &hr) || __builtin_mul_overflow(input.size(-1), r, &wr))
+    throw Error(ErrorKind::value, std::string(op) + ": upscale_factor " + std::to_string(r) + " makes " +
+                                      describe(input) + "'s H r or W r pass 2^63");
   Shape batch(input.shape().begin(), input.shape().end() - 3);
-  const std::int64_t c = input.size(-3) / (r * r), h = input.size(-2), w = input.size(-1);
+  const std::int64_t c = input.size(-3) / r2, h = input.size(-2), w = input.size(-1);
   Shape split = batch;
   split.insert(split.end(), {c, r, r, h, w});
   Shape perm;
@@ -121,7 +130,7 @@ Tensor pixel_shuffle(const Tensor& input, std::int64_t upscale_factor) {
   const std::int64_t b = static_cast<std::int64_t>(batch.size());
   perm.insert(perm.end(), {b, b + 3, b + 1, b + 4, b + 2});  // C, H, r, W, r
   Shape out = batch;
-  out.insert(out.end(), {c, h * r, w * r});
+  out.insert(out.end(), {c, hr, wr});
   return input.reshape(split).permute(perm).reshape(out);
 }
 
@@ -135,6 +144,10 @@ Tensor pixel_unshuffle(const Tensor& input, std::int64_t downscale_factor) {
                                       "downscale_factor = " + std::to_string(r) + " > 0, got " + describe(input));
   Shape batch(input.shape().begin(), input.shape().end() - 3);
   const std::int64_t c = input.size(-3), h = input.size(-2) / r, w = input.size(-1) / r;
+  std::int64_t crr = 0;  // C r^2, checked: an empty input divides by any r
+  if (__builtin_mul_overflow(c, r, &crr) || __builtin_mul_overflow(crr, r, &crr))
+    throw Error(ErrorKind::value, std::string(op) + ": downscale_factor " + std::to_string(r) + " makes " +
+                                      describe(input) + "'s C r^2 pass 2^63");
   Shape split = batch;
   split.insert(split.end(), {c, h, r, w, r});
   Shape perm;
@@ -142,7 +155,7 @@ Tensor pixel_unshuffle(const Tensor& input, std::int64_t downscale_factor) {
   const std::int64_t b = static_cast<std::int64_t>(batch.size());
   perm.insert(perm.end(), {b, b + 2, b + 4, b + 1, b + 3});  // C, r, r, H, W
   Shape out = batch;
-  out.insert(out.end(), {c * r * r, h, w});
+  out.insert(out.end(), {crr, h, w});
   return input.reshape(split).permute(perm).reshape(out);
 }
 

@@ -33,7 +33,11 @@ Tensor repeat(const Tensor& x, const std::vector<std::int64_t>& repeats) {
   for (std::size_t i = 0; i < nd; ++i) {
     interleaved.insert(interleaved.end(), {1, padded[i]});
     expanded.insert(expanded.end(), {repeats[i], padded[i]});
-    out.push_back(repeats[i] * padded[i]);
+    std::int64_t size = 0;
+    if (__builtin_mul_overflow(repeats[i], padded[i], &size))
+      throw Error(ErrorKind::value, "repeat: repeats " + to_string(Shape(repeats)) + " of " + describe(x) +
+                                        " give a dim past 2^63 elements");
+    out.push_back(size);
   }
   return x.reshape(interleaved).expand(expanded).contiguous().reshape(out);
 }
@@ -54,7 +58,9 @@ Tensor repeat_interleave(const Tensor& x, std::int64_t repeats, std::optional<st
   Shape e = t.shape();
   e.insert(e.begin() + d + 1, repeats);
   Shape out = t.shape();
-  out[static_cast<std::size_t>(d)] *= repeats;
+  if (__builtin_mul_overflow(out[static_cast<std::size_t>(d)], repeats, &out[static_cast<std::size_t>(d)]))
+    throw Error(ErrorKind::value, "repeat_interleave: repeats " + std::to_string(repeats) + " of dim " +
+                                      std::to_string(d) + " of " + describe(t) + " give a dim past 2^63 elements");
   return t.unsqueeze(d + 1).expand(e).contiguous().reshape(out);
 }
 
@@ -117,12 +123,12 @@ Tensor diagonal(const Tensor& x, std::int64_t offset, std::int64_t dim1, std::in
   Shape flat = lead;
   flat.push_back(n1 * n2);
   Tensor line = m.reshape(flat);
-  const std::int64_t start = offset >= 0 ? offset : -offset * n2;
   if (len == 0) {
     Shape s = lead;
     s.push_back(0);
     return line.narrow(-1, 0, 0).reshape(s);
   }
+  const std::int64_t start = offset >= 0 ? offset : -offset * n2;  // |offset| < n1 or n2 here: no overflow
   return line.slice(-1, start, start + (len - 1) * (n2 + 1) + 1, n2 + 1);
 }
 
@@ -132,10 +138,14 @@ Tensor diag(const Tensor& x, std::int64_t diagonal_offset) {
   if (x.dim() == 2) return diagonal(x, diagonal_offset, 0, 1);
   if (x.dim() != 1) throw Error(ErrorKind::shape, "diag: expected a 1-D or 2-D input, got " + describe(x));
   // A [m, m] matrix, m = n + |k|, with x on diagonal k: x scattered into zeros.
-  const std::int64_t n = x.size(0), k = diagonal_offset, m = n + (k >= 0 ? k : -k);
+  const std::int64_t n = x.size(0), k = diagonal_offset;
+  std::int64_t m = 0, mm = 0;  // checked: an offset near +-2^63 must not wrap into a size
+  if (k == INT64_MIN || __builtin_add_overflow(n, k >= 0 ? k : -k, &m) || __builtin_mul_overflow(m, m, &mm))
+    throw Error(ErrorKind::value, "diag: offset " + std::to_string(k) + " puts " + describe(x) +
+                                      " in a matrix of more than 2^63 elements");
   Tensor i = arange(n, {.dtype = DType::i64, .device = x.device()});
   Tensor pos = add(mul(add(i, k >= 0 ? 0 : -k), m), add(i, k >= 0 ? k : 0));
-  return scatter_add(zeros({m * m}, {.dtype = x.dtype(), .device = x.device()}), 0, pos, x).reshape({m, m});
+  return scatter_add(zeros({mm}, {.dtype = x.dtype(), .device = x.device()}), 0, pos, x).reshape({m, m});
 }
 
 Tensor trace(const Tensor& x) {

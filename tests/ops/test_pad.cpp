@@ -52,4 +52,13 @@ TEST_CASE("pad, pixel_shuffle: gradcheck, round trip, errors") {
   CHECK_BRRR_ERROR(pad(x, {-3, -2}), ErrorKind::shape, "negative size");
   CHECK_BRRR_ERROR(pixel_shuffle(randn({1, 3, 2, 2}), 2), ErrorKind::shape, "pixel_shuffle");
   CHECK_BRRR_ERROR(pixel_unshuffle(randn({1, 3, 5, 4}), 2), ErrorKind::shape, "pixel_unshuffle");
+  // Amounts and factors near 2^63 are errors, not sizes that wrap (signed overflow).
+  const std::int64_t huge = std::int64_t{1} << 62;
+  CHECK_BRRR_ERROR(pad(x, {huge, huge}), ErrorKind::value, "pad", "past 2^63");
+  CHECK_BRRR_ERROR(pad(x, {INT64_MIN, INT64_MIN}), ErrorKind::value, "pad", "past 2^63");
+  CHECK_BRRR_ERROR(pad(x, {INT64_MIN, 0}), ErrorKind::shape, "pad", "negative size");
+  CHECK_BRRR_ERROR(pixel_shuffle(randn({1, 4, 2, 2}), huge), ErrorKind::shape, "pixel_shuffle", "4611686018427387904");
+  CHECK_BRRR_ERROR(pixel_shuffle(randn({1, 0, std::int64_t{1} << 40, 2}), std::int64_t{1} << 31), ErrorKind::value, "pixel_shuffle",
+                   "2^63");
+  CHECK_BRRR_ERROR(pixel_unshuffle(randn({1, 3, 0, 0}), huge), ErrorKind::value, "pixel_unshuffle", "2^63");
 }

@@ -275,6 +275,9 @@ TEST_CASE("interpolate errors name the op and the offending shapes and options")
   CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2, 2}}), ErrorKind::shape, "size must have 1 or 2 values");
   CHECK_BRRR_ERROR(interpolate(x4, {.scale_factor = {-1}}), ErrorKind::value, "scale_factor must be positive");
   CHECK_BRRR_ERROR(interpolate(x4, {.scale_factor = {0.1}}), ErrorKind::value, "greater than 0");
+  // An output size past int64 is an error, not an undefined conversion of the double.
+  CHECK_BRRR_ERROR(interpolate(x4, {.scale_factor = {1e30}}), ErrorKind::value, "scale_factor", "2^63", "[1, 2, 3, 4]");
+  CHECK_BRRR_ERROR(interpolate(x4, {.scale_factor = {1, 0x1p62}}), ErrorKind::value, "spatial dim 1", "2^63");
   CHECK_BRRR_ERROR(interpolate(x4, {.size = {0, 2}}), ErrorKind::value, "greater than 0");
   CHECK_BRRR_ERROR(interpolate(x4, {.size = {2, 2}, .recompute_scale_factor = true}), ErrorKind::value,
                    "recompute_scale_factor");

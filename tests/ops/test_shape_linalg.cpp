@@ -116,4 +116,16 @@ TEST_CASE("splits, meshgrid, unbind and errors") {
   CHECK_BRRR_ERROR(unflatten(zeros({2, 6}), 1, {4, -1}), ErrorKind::shape, "unflatten");
   CHECK_BRRR_ERROR(matrix_norm(zeros({2, 2}), "spectral"), ErrorKind::value, "matrix_norm");
   CHECK_BRRR_ERROR(tensordot(zeros({2, 3}), zeros({4, 3}), {1}, {0}), ErrorKind::shape, "tensordot");
+  // Repeats and offsets near 2^63 are errors, not sizes that wrap (signed overflow).
+  const std::int64_t huge = std::int64_t{1} << 62;
+  CHECK_BRRR_ERROR(repeat(zeros({2, 3}), {huge, huge}), ErrorKind::value, "repeat", "2^63");
+  CHECK_BRRR_ERROR(repeat(zeros({0, 3}), {1, huge}), ErrorKind::value, "repeat", "2^63");
+  CHECK_BRRR_ERROR(repeat_interleave(zeros({3}), huge), ErrorKind::value, "repeat_interleave", "2^63");
+  CHECK_BRRR_ERROR(diag(zeros({2}), huge), ErrorKind::value, "diag", "4611686018427387904");
+  CHECK_BRRR_ERROR(diag(zeros({2}), INT64_MIN), ErrorKind::value, "diag");
+  CHECK_BRRR_ERROR(diag(zeros({2}), std::int64_t{1} << 32), ErrorKind::value, "diag");
+  CHECK(diagonal(zeros({2, 3}), -huge).shape() == Shape{0});
+  CHECK(diagonal(zeros({2, 3}), INT64_MIN).shape() == Shape{0});
+  CHECK(diagonal(zeros({2, 3}), INT64_MAX).shape() == Shape{0});
+  CHECK(diag(zeros({2, 3}), INT64_MIN).shape() == Shape{0});
 }
