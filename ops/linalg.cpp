@@ -212,6 +212,11 @@ Term normalise(Tensor t, std::string letters) {
   for (std::size_t i = 0; i < letters.size(); ++i)
     for (std::size_t j = i + 1; j < letters.size(); ++j)
       if (letters[i] == letters[j]) {  // x_ii -> diagonal, moved to position i
+        const std::int64_t di = static_cast<std::int64_t>(i), dj = static_cast<std::int64_t>(j);
+        if (t.size(di) != t.size(dj))  // PyTorch: "subscript i is repeated for operand 0 but the sizes don't match"
+          throw Error(ErrorKind::shape, std::string("einsum: the letter '") + letters[i] + "' is repeated in an operand " +
+                                            "but labels dims of sizes " + std::to_string(t.size(di)) + " and " +
+                                            std::to_string(t.size(dj)) + " (operand " + describe(t) + ")");
         Tensor dg = diagonal(t, 0, static_cast<std::int64_t>(i), static_cast<std::int64_t>(j));
         letters.erase(j, 1);
         t = movedim(dg, -1, static_cast<std::int64_t>(i));

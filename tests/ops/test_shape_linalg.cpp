@@ -116,6 +116,10 @@ TEST_CASE("splits, meshgrid, unbind and errors") {
   CHECK_BRRR_ERROR(unflatten(zeros({2, 6}), 1, {4, -1}), ErrorKind::shape, "unflatten");
   CHECK_BRRR_ERROR(matrix_norm(zeros({2, 2}), "spectral"), ErrorKind::value, "matrix_norm");
   CHECK_BRRR_ERROR(tensordot(zeros({2, 3}), zeros({4, 3}), {1}, {0}), ErrorKind::shape, "tensordot");
+  // A repeated letter takes a diagonal: its dims must agree (PyTorch: "the sizes don't match").
+  CHECK_BRRR_ERROR(einsum("ii->i", {zeros({2, 3})}), ErrorKind::shape, "einsum", "'i'", "2 and 3");
+  CHECK_BRRR_ERROR(einsum("iji,j->j", {zeros({2, 4, 3}), zeros({4})}), ErrorKind::shape, "einsum", "2 and 3");
+  CHECK(einsum("ii->i", {zeros({3, 3})}).shape() == Shape{3});
   // Repeats and offsets near 2^63 are errors, not sizes that wrap (signed overflow).
   const std::int64_t huge = std::int64_t{1} << 62;
   CHECK_BRRR_ERROR(repeat(zeros({2, 3}), {huge, huge}), ErrorKind::value, "repeat", "2^63");
