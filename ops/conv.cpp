@@ -6,6 +6,7 @@
 module;
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -23,9 +24,12 @@ using namespace ops_detail;
 namespace ops_detail {
 
 // A kernel larger than the padded input gives <= 0, never 1.
+// Computed in 128 bits (sizes near 2^63 do not wrap) and clamped to [-1, 2^63 - 1]: a count
+// past int64 is refused by the caller's check of the sweep (check_sweep_fits).
 std::int64_t conv_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d) {
-  std::int64_t span = in + 2 * p - d * (k - 1) - 1;
-  return (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
+  const __int128 span = __int128{in} + 2 * __int128{p} - __int128{d} * (__int128{k} - 1) - 1;
+  const __int128 out = (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
+  return out < 0 ? -1 : out > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(out);
 }
 
 backend::Window2d window(const Shape& x, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
@@ -75,6 +79,16 @@ Tensor ops_detail::fold_cols(const Tensor& cols, const backend::Window2d& g) {
 
 namespace {
 
+// Error(value) unless the product of the nonzero `factors` (a window sweep's positions times
+// its kernel cells: the columns' size and the work) fits int64; sizes near 2^63 (a huge
+// kernel, padding, dilation or stride) must be refused, not wrapped or swept for ever.
+void check_sweep_fits(const std::string& op, std::initializer_list<std::int64_t> factors, const std::string& what) {
+  std::int64_t n = 1;
+  for (std::int64_t f : factors)
+    if (f != 0 && __builtin_mul_overflow(n, f, &n))
+      throw Error(ErrorKind::value, op + ": " + what + " give more than 2^63 window cells");
+}
+
 void check_window_args(const char* op, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                        std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s) {
   for (int i = 0; i < 2; ++i) {
@@ -108,6 +122,8 @@ Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size, std::arr
   if (oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, "unfold: input " + describe(x) + " is smaller than the dilated kernel " +
                                       pair_text(kernel_size) + " with padding " + pair_text(padding));
+  check_sweep_fits("unfold", {x4.size(0), x4.size(1), kernel_size[0], kernel_size[1], oh, ow},
+                   "input " + describe(x) + ", kernel_size " + pair_text(kernel_size) + " and padding " + pair_text(padding));
   Tensor out = unfold_with_pad(x4, window(x4.shape(), kernel_size, dilation, padding, stride, oh, ow), 0.0);
   return unbatched ? out.squeeze(0) : out;
 }
@@ -121,9 +137,12 @@ Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::ar
   if (cols.dim() != 2 && cols.dim() != 3)
     throw Error(ErrorKind::shape, "fold: expected a 2-D or 3-D input, got " + describe(cols));
   Tensor c = unbatched ? cols.unsqueeze(0) : cols;
-  std::int64_t kk = kernel_size[0] * kernel_size[1];
   std::int64_t oh = conv_out_size(output_size[0], kernel_size[0], stride[0], padding[0], dilation[0]);
   std::int64_t ow = conv_out_size(output_size[1], kernel_size[1], stride[1], padding[1], dilation[1]);
+  check_sweep_fits("fold", {c.size(0), kernel_size[0], kernel_size[1], oh, ow, output_size[0], output_size[1]},
+                   "output_size " + pair_text(output_size) + ", kernel_size " + pair_text(kernel_size) + " and padding " +
+                       pair_text(padding));
+  std::int64_t kk = kernel_size[0] * kernel_size[1];
   if (c.size(1) % kk != 0 || c.size(2) != oh * ow || oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, "fold: input " + describe(cols) + " does not match output_size " +
                                       pair_text(output_size) + ", kernel_size " + pair_text(kernel_size) + " (expected [N, C*" +
@@ -241,14 +260,21 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Con
     pads = {};
   }
   auto out_size = [&](std::size_t i) {
-    // floor((in + before + after - d (k - 1) - 1) / s) + 1, rounding toward -inf
-    std::int64_t span = x.size(2 + static_cast<std::int64_t>(i)) + pads[i][0] + pads[i][1] - o.dilation[i] * (k[i] - 1) - 1;
-    return (span >= 0 ? span / o.stride[i] : -((-span + o.stride[i] - 1) / o.stride[i])) + 1;
+    // floor((in + before + after - d (k - 1) - 1) / s) + 1, rounding toward -inf; in 128 bits
+    // (no wrap near 2^63), clamped to [-1, 2^63 - 1] (check_sweep_fits refuses the top)
+    const std::int64_t st = o.stride[i];
+    const __int128 span = __int128{x.size(2 + static_cast<std::int64_t>(i))} + pads[i][0] + pads[i][1] -
+                          __int128{o.dilation[i]} * (__int128{k[i]} - 1) - 1;
+    const __int128 out = (span >= 0 ? span / st : -((-span + st - 1) / st)) + 1;
+    return out < 0 ? std::int64_t{-1} : out > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(out);
   };
   const std::int64_t oh = out_size(0), ow = out_size(1);
   if (oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, "conv2d: input " + describe(input) + " is smaller than the dilated kernel " +
                                       pair_text(k) + " with padding " + pair_text({pads[0][0], pads[1][0]}));
+  check_sweep_fits("conv2d", {x.size(0), C, k[0], k[1], oh, ow},
+                   "input " + describe(input) + ", kernel " + pair_text(k) + ", padding " +
+                       pair_text({pads[0][0], pads[1][0]}) + " and stride " + pair_text(o.stride));
   const backend::Window2d win{x.size(0), C,         x.size(2),  x.size(3),     k[0],          k[1], o.stride[0],
                               o.stride[1], pads[0][0], pads[1][0], o.dilation[0], o.dilation[1], oh,   ow};
   Tensor out = x.device().is_cpu() ? conv2d_cpu(x, weight, bias, win, groups) : conv2d_composite(x, weight, bias, win, groups);

@@ -73,12 +73,31 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
                                         pair_text(o.dilation));
   }
   const std::int64_t n = x.size(0), h = x.size(2), w = x.size(3);
-  const std::int64_t oh = (h - 1) * o.stride[0] - 2 * o.padding[0] + o.dilation[0] * (k[0] - 1) + o.output_padding[0] + 1;
-  const std::int64_t ow = (w - 1) * o.stride[1] - 2 * o.padding[1] + o.dilation[1] * (k[1] - 1) + o.output_padding[1] + 1;
+  // (in - 1) s - 2 p + d (k - 1) + output_padding + 1 in 128 bits: sizes near 2^63 must not wrap.
+  auto out_size = [&](int i, std::int64_t in) {
+    const __int128 out = (__int128{in} - 1) * o.stride[i] - 2 * __int128{o.padding[i]} +
+                         __int128{o.dilation[i]} * (__int128{k[i]} - 1) + o.output_padding[i] + 1;
+    if (out > INT64_MAX)
+      throw Error(ErrorKind::value, std::string(op) + ": input " + describe(input) + " with kernel " + pair_text(k) +
+                                        ", stride " + pair_text(o.stride) + " and dilation " + pair_text(o.dilation) +
+                                        " gives an output size past 2^63");
+    return out < 0 ? std::int64_t{-1} : static_cast<std::int64_t>(out);
+  };
+  const std::int64_t oh = out_size(0, h), ow = out_size(1, w);
   if (oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, std::string(op) + ": input " + describe(input) + " with kernel " + pair_text(k) +
                                       " and padding " + pair_text(o.padding) + " gives a non-positive output size (" +
                                       std::to_string(oh) + ", " + std::to_string(ow) + ")");
+  // The sweep of the conv2d whose input gradient this is: h w positions of kh kw cells, and
+  // the [N, Cout, oh, ow] output, must fit int64 (huge kernels, strides, dilations).
+  for (auto f : {std::array<std::int64_t, 4>{n, cout_g * groups, oh, ow}, std::array<std::int64_t, 4>{n * h * w, cin, k[0], k[1]}}) {
+    std::int64_t prod = 1;
+    for (std::int64_t v : f)
+      if (v != 0 && __builtin_mul_overflow(prod, v, &prod))
+        throw Error(ErrorKind::value, std::string(op) + ": input " + describe(input) + " with kernel " + pair_text(k) +
+                                          ", stride " + pair_text(o.stride) + " and dilation " + pair_text(o.dilation) +
+                                          " gives more than 2^63 elements or window cells");
+  }
   const std::int64_t kk = k[0] * k[1];
   // The conv2d over the [oh, ow] output whose input gradient this is: its sweep has h x w
   // positions (output_padding only adds rows/columns no window start reaches).

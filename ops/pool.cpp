@@ -7,6 +7,7 @@
 module;
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -30,14 +31,26 @@ std::string dims_text(Pair v, int spatial) {
 
 // PyTorch's pooling_output_shape: with ceil_mode the size rounds up, but the last window
 // must start inside the input or the left padding.
+// In 128 bits (sizes near 2^63 do not wrap), clamped to [-1, 2^63 - 1] (prepare refuses the top).
 std::int64_t pool_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t d,
                            bool ceil_mode) {
-  std::int64_t span = in + 2 * p - d * (k - 1) - 1;
-  std::int64_t num = span + (ceil_mode ? s - 1 : 0);
-  std::int64_t out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // div_rtn: rounds toward -inf
-  if (ceil_mode && (out - 1) * s >= in + p) --out;
-  return out;
+  const __int128 span = __int128{in} + 2 * __int128{p} - __int128{d} * (__int128{k} - 1) - 1;
+  const __int128 num = span + (ceil_mode ? s - 1 : 0);
+  __int128 out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // div_rtn: rounds toward -inf
+  if (ceil_mode && (out - 1) * s >= __int128{in} + p) --out;
+  return out < 0 ? -1 : out > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(out);
 }
+
+// Error(value) unless the product of the nonzero `factors` (a window sweep's positions times
+// its kernel cells: the columns' size and the work) fits int64; sizes near 2^63 (a huge
+// kernel, padding, dilation or stride) must be refused, not wrapped or swept for ever.
+void check_sweep_fits(const std::string& op, std::initializer_list<std::int64_t> factors, const std::string& what) {
+  std::int64_t n = 1;
+  for (std::int64_t f : factors)
+    if (f != 0 && __builtin_mul_overflow(n, f, &n))
+      throw Error(ErrorKind::value, op + ": " + what + " give more than 2^63 window cells");
+}
+
 
 // x as a 4-D [N, C, H, W] view: [C, H, W] gains N = 1, the 1-D pools' [N, C, L] / [C, L] gain
 // H = 1 too. Checks rank and dtype.
@@ -90,6 +103,8 @@ Pool prepare(const char* op, const Tensor& x, const Window& w, int spatial) {
     throw Error(ErrorKind::shape, std::string(op) + ": input " + describe(x) + " is too small for kernel_size " +
                                       dims_text(k, spatial) + " with padding " + dims_text(p, spatial) +
                                       " and dilation " + dims_text(d, spatial));
+  check_sweep_fits(op, {x4.size(0), x4.size(1), oh, ow, k[0], k[1]},
+                   "input " + describe(x) + " and kernel_size " + dims_text(k, spatial));
   return {x4, result_shape(x, spatial, oh, ow), window(x4.shape(), k, d, p, s, oh, ow)};
 }
 
@@ -201,6 +216,10 @@ Tensor adaptive_avg_pool(const char* op, const Tensor& x, Pair output_size, int 
     throw Error(ErrorKind::value, std::string(op) + ": output_size " + dims_text(output_size, spatial) +
                                       " must be positive");
   Shape out_shape = result_shape(x, spatial, oh, ow);
+  // The output is allocated before its oh * ow bins are visited one by one: a size that cannot
+  // be (near 2^63) is an error at once, not a loop for ever.
+  (void)checked_numel(out_shape, op);
+  (void)empty(out_shape, {.dtype = x.dtype(), .device = x.device()});
   if (H % oh == 0 && W % ow == 0)  // uniform bins: one avg_pool2d
     return avg_pool2d(x4, {.kernel_size = {H / oh, W / ow}}).view(out_shape);
   // Bin i covers [floor(i H / oh), ceil((i + 1) H / oh)): one mean per bin.
@@ -276,6 +295,14 @@ Tensor max_unpool2d(const Tensor& x, const Tensor& indices, MaxUnpool2dOptions o
                                         dims_text(s, 2) + " must be positive, padding " + dims_text(p, 2) +
                                         " non-negative");
   const std::int64_t H = x.size(-2), W = x.size(-1);
+  // (in - 1) s - 2 p + k, and the strict bounds fallback +- s below, must not wrap near 2^63.
+  for (int i = 0; i < 2; ++i) {
+    const __int128 f = (__int128{i == 0 ? H : W} - 1) * s[i] - 2 * __int128{p[i]} + k[i];
+    if (f + s[i] > INT64_MAX || f - s[i] < INT64_MIN)
+      throw Error(ErrorKind::value, std::string(op) + ": kernel_size " + dims_text(k, 2) + ", stride " + dims_text(s, 2) +
+                                        " and padding " + dims_text(p, 2) + " of input " + describe(x) +
+                                        " give an output size past 2^63");
+  }
   const Pair fallback{(H - 1) * s[0] - 2 * p[0] + k[0], (W - 1) * s[1] - 2 * p[1] + k[1]};
   Pair size = fallback;
   const std::vector<std::int64_t>& os = options.output_size;
@@ -297,6 +324,7 @@ Tensor max_unpool2d(const Tensor& x, const Tensor& indices, MaxUnpool2dOptions o
   Shape batch(x.shape().begin(), x.shape().end() - 2);
   std::int64_t planes = 1;
   for (std::int64_t b : batch) planes *= b;
+  check_sweep_fits(op, {planes, size[0], size[1]}, "output size " + dims_text(size, 2) + " of input " + describe(x));
   Tensor x2 = x.reshape({planes, H * W});
   Tensor i2;
   Tensor out;

@@ -567,3 +567,35 @@ TEST_CASE("conv and pool errors name the op, shapes and dtypes") {
   CHECK_BRRR_ERROR(adaptive_avg_pool2d(randn({5, 5}), {2, 2}), ErrorKind::shape, "adaptive_avg_pool2d", "[5, 5]");
   CHECK_BRRR_ERROR(adaptive_avg_pool2d(x, {0, 2}), ErrorKind::value, "adaptive_avg_pool2d");
 }
+
+TEST_CASE("window geometry near 2^63 (kernel, padding, stride, dilation) is an error, not a wrap or an endless sweep") {
+  // Each of these computed an output size in plain int64 (UBSan: signed integer overflow), and
+  // max_pool2d with a 2^62 kernel and padding swept 2^124 window cells for one output.
+  const std::int64_t huge = std::int64_t{1} << 62;
+  Tensor x = randn({1, 3, 5, 5});
+  CHECK_BRRR_ERROR(conv2d(x, randn({4, 3, 3, 3}), {}, {.padding = huge}), ErrorKind::value, "conv2d", "2^63",
+                   "[1, 3, 5, 5]");
+  CHECK_BRRR_ERROR(conv2d(x, randn({4, 3, 3, 3}), {}, {.dilation = huge}), ErrorKind::shape, "conv2d", "smaller");
+  CHECK(conv2d(x, randn({4, 3, 3, 3}), {}, {.stride = huge}).shape() == Shape{1, 4, 1, 1});
+  CHECK_BRRR_ERROR(conv1d(randn({1, 3, 5}), randn({4, 3, 3}), {}, {.dilation = huge}), ErrorKind::shape, "conv1d");
+  CHECK_BRRR_ERROR(conv_transpose2d(x, randn({3, 4, 3, 3}), {}, {.stride = {huge, 1}}), ErrorKind::value,
+                   "conv_transpose2d", "past 2^63");
+  CHECK_BRRR_ERROR(conv_transpose2d(x, randn({3, 4, 3, 3}), {}, {.dilation = {huge, 1}}), ErrorKind::value,
+                   "conv_transpose2d", "past 2^63");
+  CHECK_BRRR_ERROR(conv_transpose2d(x, randn({3, 4, 3, 3}), {}, {.padding = {huge, 0}}), ErrorKind::shape,
+                   "conv_transpose2d", "non-positive");
+  CHECK_BRRR_ERROR(unfold(x, {2, 2}, {1, 1}, {huge, 0}), ErrorKind::value, "unfold", "2^63");
+  CHECK_BRRR_ERROR(unfold(x, {2, 2}, {huge, 1}), ErrorKind::shape, "unfold", "smaller");
+  CHECK_BRRR_ERROR(fold(randn({1, 12, 4}), {3, 3}, {2, 2}, {1, 1}, {huge, 0}), ErrorKind::value, "fold", "2^63");
+  CHECK_BRRR_ERROR(max_pool2d(x, {.kernel_size = huge, .padding = huge / 2}), ErrorKind::value, "max_pool2d", "2^63");
+  CHECK_BRRR_ERROR(avg_pool2d(x, {.kernel_size = huge, .padding = huge / 2}), ErrorKind::value, "avg_pool2d", "2^63");
+  CHECK_BRRR_ERROR(max_pool1d(randn({1, 3, 5}), {.kernel_size = huge, .padding = huge / 2}), ErrorKind::value,
+                   "max_pool1d", "2^63");
+  CHECK(max_pool2d(x, {.kernel_size = 2, .stride = huge, .ceil_mode = true}).shape() == Shape{1, 3, 1, 1});
+  CHECK_BRRR_ERROR(adaptive_avg_pool2d(x, {huge, huge}), ErrorKind::value, "adaptive_avg_pool2d", "2^63");
+  ValuesIndices mp = max_pool2d_with_indices(randn({1, 1, 4, 4}), {.kernel_size = 2});
+  CHECK_BRRR_ERROR(max_unpool2d(mp.values, mp.indices, {.kernel_size = 2, .stride = huge}), ErrorKind::value,
+                   "max_unpool2d", "past 2^63");
+  CHECK_BRRR_ERROR(max_unpool2d(mp.values, mp.indices, {.kernel_size = 2, .output_size = {huge, huge}}), ErrorKind::value,
+                   "max_unpool2d");
+}
