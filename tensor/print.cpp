@@ -22,6 +22,14 @@ struct Formatter {
   DType dtype;
   enum class Style { integer, whole_float, fixed, scientific } style = Style::fixed;
   std::size_t width = 1;
+  // i64 values as read (an f64 holds integers exactly only up to 2^53): text_at prints these.
+  const std::vector<std::int64_t>* ints = nullptr;
+
+  // Element `i` of the values read back.
+  std::string text_at(const std::vector<double>& values, std::int64_t i) const {
+    if (ints) return std::to_string((*ints)[static_cast<std::size_t>(i)]);
+    return text(values[static_cast<std::size_t>(i)]);
+  }
 
   std::string text(double v) const {
     char buf[64];
@@ -55,7 +63,7 @@ void shown(const Shape& sizes, bool summarise, std::size_t d, std::int64_t base,
 void print_dim(std::ostream& os, const Shape& sizes, bool summarise, const std::vector<double>& values,
                std::size_t d, std::int64_t base, const Formatter& f, int indent) {
   if (d == sizes.size()) {
-    std::string s = f.text(values[static_cast<std::size_t>(base)]);
+    std::string s = f.text_at(values, base);
     os << std::string(f.width - std::min(f.width, s.size()), ' ') << s;
     return;
   }
@@ -85,14 +93,18 @@ void print_dim(std::ostream& os, const Shape& sizes, bool summarise, const std::
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  // Read everything back once, as f64 on the host (exact for every dtype but huge i64). The
-  // conversion runs on the current stream: first ordered after the streams that wrote t.
+  // Read everything back once, as f64 on the host (exact for every dtype but i64 past 2^53,
+  // which is read as i64 too). The conversion runs on the current stream: first ordered after
+  // the streams that wrote t.
   if (t.device().is_cuda()) backend::order_after_writers(t.storage(), backend::current_stream(t.device().index()));
   std::vector<double> values = t.to(DType::f64).to(Device::cpu()).to_host<double>();
+  std::vector<std::int64_t> ints;
+  if (t.dtype() == DType::i64) ints = t.to(Device::cpu()).to_host<std::int64_t>();
   const Shape& sizes = t.shape();
   bool summarise = t.numel() > summarise_above;
 
   Formatter f{t.dtype()};
+  if (t.dtype() == DType::i64) f.ints = &ints;
   std::vector<std::int64_t> idx;
   shown(sizes, summarise, 0, 0, idx);
   if (!is_floating_point(t.dtype())) {
@@ -112,10 +124,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     else if (whole)
       f.style = Formatter::Style::whole_float;
   }
-  for (std::int64_t i : idx) f.width = std::max(f.width, f.text(values[static_cast<std::size_t>(i)]).size());
+  for (std::int64_t i : idx) f.width = std::max(f.width, f.text_at(values, i).size());
 
   os << "tensor(";
-  if (sizes.empty()) os << f.text(values[0]);
+  if (sizes.empty()) os << f.text_at(values, 0);
   else print_dim(os, sizes, summarise, values, 0, 0, f, 7);
   os << ", shape=" << to_string(sizes) << ", dtype=" << to_string(t.dtype()) << ", device=" << t.device().str();
   if (t.requires_grad()) os << ", requires_grad=true";

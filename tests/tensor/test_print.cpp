@@ -73,6 +73,15 @@ TEST_CASE("print: whole-number floats as \"1.\", integers, bool") {
   CHECK(str(full({2, 2}, 1.0, {.dtype = DType::boolean})) ==
         "tensor([[true, true],\n"
         "        [true, true]], shape=[2, 2], dtype=bool, device=cpu)");
+  // i64 past 2^53 prints its own digits, not its nearest double's (INT64_MAX printed as
+  // 9223372036854775808, 2^53 + 1 as 9007199254740992).
+  CHECK(str(Tensor::from_vector(std::vector<std::int64_t>{INT64_MAX, -5})) ==
+        "tensor([9223372036854775807,                  -5], shape=[2], dtype=i64, device=cpu)");
+  CHECK(str(Tensor::from_vector(std::vector<std::int64_t>{INT64_MIN, (std::int64_t{1} << 53) + 1}).view({2, 1})) ==
+        "tensor([[-9223372036854775808],\n"
+        "        [    9007199254740993]], shape=[2, 1], dtype=i64, device=cpu)");
+  CHECK(str(Tensor::from_vector(std::vector<std::int64_t>{INT64_MAX}).view({})) ==
+        "tensor(9223372036854775807, shape=[], dtype=i64, device=cpu)");
 }
 
 TEST_CASE("print: scientific for tiny or huge values, nan and inf") {
