@@ -16,6 +16,7 @@ import brrr.tensor;
 import brrr.backend;
 
 #include "ops/autocast.hpp"
+#include "ops/window_checks.hpp"
 
 namespace brrr {
 
@@ -78,16 +79,6 @@ Tensor ops_detail::fold_cols(const Tensor& cols, const backend::Window2d& g) {
 }
 
 namespace {
-
-// Error(value) unless the product of the nonzero `factors` (a window sweep's positions times
-// its kernel cells: the columns' size and the work) fits int64; sizes near 2^63 (a huge
-// kernel, padding, dilation or stride) must be refused, not wrapped or swept for ever.
-void check_sweep_fits(const std::string& op, std::initializer_list<std::int64_t> factors, const std::string& what) {
-  std::int64_t n = 1;
-  for (std::int64_t f : factors)
-    if (f != 0 && __builtin_mul_overflow(n, f, &n))
-      throw Error(ErrorKind::value, op + ": " + what + " give more than 2^63 window cells");
-}
 
 void check_window_args(const char* op, std::array<std::int64_t, 2> k, std::array<std::int64_t, 2> d,
                        std::array<std::int64_t, 2> p, std::array<std::int64_t, 2> s) {

@@ -16,6 +16,8 @@ module brrr.ops;
 import brrr.tensor;
 import brrr.backend;
 
+#include "ops/window_checks.hpp"
+
 namespace brrr {
 
 using namespace ops_detail;
@@ -39,16 +41,6 @@ std::int64_t pool_out_size(std::int64_t in, std::int64_t k, std::int64_t s, std:
   __int128 out = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;  // div_rtn: rounds toward -inf
   if (ceil_mode && (out - 1) * s >= __int128{in} + p) --out;
   return out < 0 ? -1 : out > INT64_MAX ? INT64_MAX : static_cast<std::int64_t>(out);
-}
-
-// Error(value) unless the product of the nonzero `factors` (a window sweep's positions times
-// its kernel cells: the columns' size and the work) fits int64; sizes near 2^63 (a huge
-// kernel, padding, dilation or stride) must be refused, not wrapped or swept for ever.
-void check_sweep_fits(const std::string& op, std::initializer_list<std::int64_t> factors, const std::string& what) {
-  std::int64_t n = 1;
-  for (std::int64_t f : factors)
-    if (f != 0 && __builtin_mul_overflow(n, f, &n))
-      throw Error(ErrorKind::value, op + ": " + what + " give more than 2^63 window cells");
 }
 
 

@@ -93,13 +93,18 @@ void print_dim(std::ostream& os, const Shape& sizes, bool summarise, const std::
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  // Read everything back once, as f64 on the host (exact for every dtype but i64 past 2^53,
-  // which is read as i64 too). The conversion runs on the current stream: first ordered after
+  // Read everything back once: as f64 on the host (exact for every dtype but i64 past 2^53),
+  // i64 as itself. The conversion runs on the current stream: first ordered after
   // the streams that wrote t.
   if (t.device().is_cuda()) backend::order_after_writers(t.storage(), backend::current_stream(t.device().index()));
-  std::vector<double> values = t.to(DType::f64).to(Device::cpu()).to_host<double>();
   std::vector<std::int64_t> ints;
-  if (t.dtype() == DType::i64) ints = t.to(Device::cpu()).to_host<std::int64_t>();
+  std::vector<double> values;
+  if (t.dtype() == DType::i64) {
+    ints = t.to(Device::cpu()).to_host<std::int64_t>();
+    values.assign(ints.begin(), ints.end());  // the style and widths; the digits come from ints
+  } else {
+    values = t.to(DType::f64).to(Device::cpu()).to_host<double>();
+  }
   const Shape& sizes = t.shape();
   bool summarise = t.numel() > summarise_above;
 
