@@ -474,7 +474,9 @@ struct UniqueResult {
                                   bool right = false);
 /// 0/1 samples with probabilities p (p's dtype), or with one probability p in [0, 1] for
 /// x's shape and dtype: u < p for u = rand() of the seeded generator, so a seed gives the
-/// same samples on CPU and GPU.
+/// same samples on CPU and GPU. Error(value) for p outside [0, 1] or NaN: checked on the CPU
+/// (on CUDA it would be a host sync; there such p acts as clamped, NaN as 0), and always for
+/// a number p.
 [[nodiscard]] Tensor bernoulli(const Tensor& p);
 [[nodiscard]] Tensor bernoulli(const Tensor& x, double p);
 /// mean + std * randn() broadcast (std >= 0: checked on the CPU, and for a number std).

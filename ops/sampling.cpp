@@ -32,8 +32,10 @@ Tensor bernoulli(const Tensor& p) {
   require_defined("bernoulli", p);
   require_floating("bernoulli", p);
   NoGradGuard no_grad;
-  // P(u < p) = p for u uniform in [0, 1). p outside [0, 1] acts as clamped (PyTorch checks it
-  // on the CPU; here it is not checked: on CUDA that would be a host sync).
+  if (p.device().is_cpu() && !all(logical_and(ge(p, 0.0), le(p, 1.0))).item<bool>())  // PyTorch's CPU check
+    throw Error(ErrorKind::value, "bernoulli: probabilities must be in [0, 1] (NaN is not), got " + describe(p));
+  // P(u < p) = p for u uniform in [0, 1). On CUDA p is not checked (that would be a host sync):
+  // p outside [0, 1] acts as clamped there, NaN as 0.
   return lt(uniforms(p.shape(), p.dtype(), p.device()), p).to(p.dtype());
 }
 

@@ -198,6 +198,9 @@ TEST_CASE("samplers: reproducible under a seed, with the right statistics") {
   CHECK(freq[3] == 1);
   CHECK(std::abs(freq[1] - 0.25) < 0.02);
   CHECK(std::abs(freq[2] - 0.9) < 0.015);
+  for (float bad : {-0.5f, 1.5f, std::numeric_limits<float>::quiet_NaN()})
+    CHECK_BRRR_ERROR(bernoulli(Tensor::from_vector(std::vector<float>{0.5f, bad})), ErrorKind::value, "bernoulli");
+  CHECK_BRRR_ERROR(bernoulli(zeros({3}), 1.5), ErrorKind::value, "bernoulli");
 
   Tensor mu = Tensor::from_vector(V{-3, 0, 10}), sd = Tensor::from_vector(V{0.5, 1, 0});
   Tensor s = normal(mu.expand({20000, 3}), sd);
