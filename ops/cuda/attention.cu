@@ -164,6 +164,7 @@ template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(Bhtd<T> out, accumulate_t<T>* __restrict__ lse, Bhtd<const T> q, Bhtd<const T> k,
                              Bhtd<const T> v, Geometry g, accumulate_t<T> scale, bool causal, DropoutArgs drop) {
+  pdl_begin();
   using A = accumulate_t<T>;
   constexpr int TPR = DMAX / kDpt, ROWS = kThreads / TPR, kTile = kTileOf<A>;
   __shared__ A ks[kTile][DMAX];
@@ -230,6 +231,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class T>
 __global__ void attention_delta_kernel(accumulate_t<T>* __restrict__ delta, Bhtd<const T> dout, Bhtd<const T> out,
                                        Geometry g, std::int64_t rows) {
+  pdl_begin();
   using A = accumulate_t<T>;
   const int lane = threadIdx.x % 32;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * blockDim.x / 32;
@@ -251,6 +253,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(Bhtd<T> dq, Bhtd<const T> dout, Bhtd<const T> q, Bhtd<const T> k, Bhtd<const T> v,
                         const accumulate_t<T>* __restrict__ lse, const accumulate_t<T>* __restrict__ delta, Geometry g,
                         accumulate_t<T> scale, bool causal, DropoutArgs drop) {
+  pdl_begin();
   using A = accumulate_t<T>;
   constexpr int TPR = DMAX / kDpt, ROWS = kThreads / TPR, kTile = kTileOf<A>;
   __shared__ A ks[kTile][DMAX];
@@ -302,6 +305,7 @@ __global__ void __launch_bounds__(kThreads)
                           Bhtd<const T> v, const accumulate_t<T>* __restrict__ lse,
                           const accumulate_t<T>* __restrict__ delta, Geometry g, accumulate_t<T> scale, bool causal,
                           DropoutArgs drop) {
+  pdl_begin();
   using A = accumulate_t<T>;
   constexpr int TPR = DMAX / kDpt, ROWS = kThreads / TPR, kTile = kTileOf<A>;
   constexpr int G = kThreads / kTile;  // lanes per query row when building the keep bits
@@ -424,7 +428,7 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
     if (!fits(q, k, g)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned blocks = static_cast<unsigned>(q.sizes[0] * q.sizes[1] * g.tiles);
     auto* kernel = dropout.p > 0 ? attention_forward_kernel<T, DMAX, true> : attention_forward_kernel<T, DMAX, false>;
-    kernel<<<blocks, kThreads, 0, s>>>(bhtd<T>(out), static_cast<A*>(lse.data), bhtd<const T>(q), bhtd<const T>(k),
+    launch_pdl(kernel, blocks, kThreads, 0, s, bhtd<T>(out), static_cast<A*>(lse.data), bhtd<const T>(q), bhtd<const T>(k),
                                        bhtd<const T>(v), g, static_cast<A>(scale), causal, dropout_args(dropout));
     return static_cast<int>(cudaGetLastError());
   });
@@ -452,19 +456,19 @@ int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, 
     const Geometry gk = geometry(q, k, rows, k.sizes[2]);
     if (!fits(q, k, gq) || !fits(q, k, gk)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const std::int64_t nrows = q.sizes[0] * q.sizes[1] * q.sizes[2];
-    attention_delta_kernel<T><<<blocks_for(nrows * 32, 256), 256, 0, s>>>(delta, bhtd<const T>(dout),
+    launch_pdl(attention_delta_kernel<T>, blocks_for(nrows * 32, 256), 256, 0, s, delta, bhtd<const T>(dout),
                                                                           bhtd<const T>(out), gq, nrows);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
     const auto bh = q.sizes[0] * q.sizes[1];
     const bool drop = dropout.p > 0;
     const DropoutArgs args = dropout_args(dropout);
     auto* dq_kernel = drop ? attention_dq_kernel<T, DMAX, true> : attention_dq_kernel<T, DMAX, false>;
-    dq_kernel<<<static_cast<unsigned>(bh * gq.tiles), kThreads, 0, s>>>(
+    launch_pdl(dq_kernel, static_cast<unsigned>(bh * gq.tiles), kThreads, 0, s,
         bhtd<T>(dq), bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p, delta, gq,
         static_cast<A>(scale), causal, args);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
     auto* dkdv_kernel = drop ? attention_dkdv_kernel<T, DMAX, true> : attention_dkdv_kernel<T, DMAX, false>;
-    dkdv_kernel<<<static_cast<unsigned>(bh * gk.tiles), kThreads, 0, s>>>(
+    launch_pdl(dkdv_kernel, static_cast<unsigned>(bh * gk.tiles), kThreads, 0, s,
         bhtd<T>(dk), bhtd<T>(dv), bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p,
         delta, gk, static_cast<A>(scale), causal, args);
     return static_cast<int>(cudaGetLastError());

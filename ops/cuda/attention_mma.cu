@@ -534,6 +534,7 @@ template <class T, int DMAX, bool DROP>
 __global__ void __launch_bounds__(kThreads, kMinBlocksForward<T, DMAX>)
     mma_forward_kernel(Heads<T> out, float* __restrict__ lse, Heads<const T> q, Heads<const T> k, Heads<const T> v,
                        Dims g, float scale2, bool causal, Dropout drop, bool vec) {
+  pdl_begin();
   constexpr int NK = kKeys<T, DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
   constexpr int KS = DMAX / kStep<T>, NT = NK / 8, OT = DMAX / 8;
   constexpr bool REGS = kRegsForward<T, DMAX>;
@@ -671,6 +672,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksDq<DMAX>)
     mma_dq_kernel(Heads<T> dq, float* __restrict__ delta, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                   Heads<const T> v, Heads<const T> out, const float* __restrict__ lse, Dims g, float scale,
                   float scale2, bool causal, Dropout drop, bool vec) {
+  pdl_begin();
   constexpr int NK = kKeys<T, DMAX>, P = kPitch<T, DMAX>, kTile = kBlock * P, kKT = NK * P;
   constexpr int KS = DMAX / kStep<T>, NT = NK / 8, OT = DMAX / 8;
   constexpr bool REGS = kRegs<T, DMAX>;
@@ -865,6 +867,7 @@ template <int DMAX>
 __global__ void __launch_bounds__(256)
     mma_delta_kernel(float* __restrict__ delta, Heads<float> acc, Heads<const float> dout, Heads<const float> out,
                      Dims g, bool vec) {
+  pdl_begin();
   constexpr int V = kVec<float>, kLanes = DMAX / V;
   static_assert(32 % kLanes == 0);
   const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * 256 + threadIdx.x) / kLanes;
@@ -902,6 +905,7 @@ __global__ void __launch_bounds__(kThreads)
     mma_dkdv_kernel(Heads<T> dk, Heads<T> dv, Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                     Heads<const T> v, const float* __restrict__ lse, const float* __restrict__ delta, Dims g,
                     float scale, float scale2, bool causal, Dropout drop, bool vec, Heads<float> dqa, bool pairs) {
+  pdl_begin();
   static_assert(!FUSED || (DMAX == 64 && kBlock == 64 && kTf32<T>));
   constexpr int BQ = kQueriesDkdv<T, DMAX>;
   constexpr int P = kPitch<T, DMAX>, kKTile = kBlock * P, kQTile = BQ * P, KS = DMAX / kStep<T>, NT = BQ / 8;
@@ -1106,7 +1110,7 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
       if (cudaError_t e = cudaMemsetAsync(drop.bits, 0, bytes, stream); e != cudaSuccess) return static_cast<int>(e);
     }
     const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
-    kernel<<<blocks, kThreads, smem, stream>>>(heads<T>(out), static_cast<float*>(lse.data), heads<const T>(q),
+    launch_pdl(kernel, blocks, kThreads, smem, stream, heads<T>(out), static_cast<float*>(lse.data), heads<const T>(q),
                                                heads<const T>(k), heads<const T>(v), g,
                                                static_cast<float>(scale * 1.4426950408889634), causal, drop, vec);
     return static_cast<int>(cudaGetLastError());
@@ -1154,12 +1158,12 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
         constexpr int kLanes = DMAX / kVec<T>;
         const std::int64_t threads = static_cast<std::int64_t>(g.bh) * g.q_len * kLanes;
         if ((threads + 255) / 256 > INT32_MAX) return static_cast<int>(cudaErrorInvalidConfiguration);
-        mma_delta_kernel<DMAX><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+        launch_pdl(mma_delta_kernel<DMAX>, static_cast<unsigned>((threads + 255) / 256), 256, 0, stream,
             delta, acc, heads<const T>(dout), heads<const T>(out), g, vectorizable(dout) && vectorizable(out));
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
         auto* kernel = drop ? mma_dkdv_kernel<T, DMAX, true, true> : mma_dkdv_kernel<T, DMAX, false, true>;
         if (cudaError_t e = allow_smem(kernel, kv_smem); e != cudaSuccess) return static_cast<int>(e);
-        kernel<<<kv_blocks, kThreads, kv_smem, stream>>>(heads<T>(dk), heads<T>(dv), heads<const T>(dout),
+        launch_pdl(kernel, kv_blocks, kThreads, kv_smem, stream, heads<T>(dk), heads<T>(dv), heads<const T>(dout),
                                                          heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p,
                                                          delta, g, s, s2, causal, args, vec, acc, pairs);
         return static_cast<int>(cudaGetLastError());
@@ -1170,14 +1174,14 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
     auto* dq_kernel = drop ? mma_dq_kernel<T, DMAX, true> : mma_dq_kernel<T, DMAX, false>;
     if (cudaError_t e = allow_smem(dq_kernel, dq_smem); e != cudaSuccess) return static_cast<int>(e);
     const auto dq_blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
-    dq_kernel<<<dq_blocks, kThreads, dq_smem, stream>>>(heads<T>(dq), delta, heads<const T>(dout), heads<const T>(q),
+    launch_pdl(dq_kernel, dq_blocks, kThreads, dq_smem, stream, heads<T>(dq), delta, heads<const T>(dout), heads<const T>(q),
                                                         heads<const T>(k), heads<const T>(v), heads<const T>(out),
                                                         lse_p, g, s, s2, causal, args, vec);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
 
     auto* kv_kernel = drop ? mma_dkdv_kernel<T, DMAX, true, false> : mma_dkdv_kernel<T, DMAX, false, false>;
     if (cudaError_t e = allow_smem(kv_kernel, kv_smem); e != cudaSuccess) return static_cast<int>(e);
-    kv_kernel<<<kv_blocks, kThreads, kv_smem, stream>>>(heads<T>(dk), heads<T>(dv), heads<const T>(dout),
+    launch_pdl(kv_kernel, kv_blocks, kThreads, kv_smem, stream, heads<T>(dk), heads<T>(dv), heads<const T>(dout),
                                                         heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p,
                                                         delta, g, s, s2, causal, args, vec, Heads<float>{}, false);
     return static_cast<int>(cudaGetLastError());

@@ -125,6 +125,7 @@ template <class T>
 __global__ void __launch_bounds__(reduce_threads)
     stats_partial_kernel(Moments<racc_t<T>>* __restrict__ part, const T* __restrict__ x, std::int64_t channels,
                          std::int64_t m, std::int64_t nm, std::int64_t splits, std::int64_t per_split) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::int64_t c = blockIdx.x / splits, sp = blockIdx.x - c * splits;
   const std::int64_t j0 = sp * per_split, j1 = j0 + per_split < nm ? j0 + per_split : nm;
@@ -153,6 +154,7 @@ template <class A>
 __global__ void stats_finish_kernel(A* __restrict__ mean, A* __restrict__ invstd, const Moments<A>* __restrict__ part,
                                     std::int64_t channels, std::int64_t splits, A eps, A* running_mean,
                                     A* running_var, A momentum) {
+  pdl_begin();
   const std::int64_t c = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   Moments<A> s = part[c * splits];
@@ -172,6 +174,7 @@ __global__ void __launch_bounds__(reduce_threads)
     backward_partial_kernel(racc_t<T>* __restrict__ part, const T* __restrict__ g, const T* __restrict__ x,
                             const racc_t<T>* __restrict__ mean, std::int64_t channels, std::int64_t m, std::int64_t nm,
                             std::int64_t splits, std::int64_t per_split) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::int64_t c = blockIdx.x / splits, sp = blockIdx.x - c * splits;
   const std::int64_t j0 = sp * per_split, j1 = j0 + per_split < nm ? j0 + per_split : nm;
@@ -207,6 +210,7 @@ __global__ void __launch_bounds__(reduce_threads)
 template <class A>
 __global__ void backward_finish_kernel(A* __restrict__ sum_dy, A* __restrict__ sum_dy_xmu, const A* __restrict__ part,
                                        std::int64_t channels, std::int64_t splits) {
+  pdl_begin();
   const std::int64_t c = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   A a = 0, b = 0;
@@ -222,6 +226,7 @@ template <class T, class I>
 __global__ void elemt_kernel(T* __restrict__ y, const T* __restrict__ x, const racc_t<T>* __restrict__ mean,
                              const racc_t<T>* __restrict__ invstd, const T* __restrict__ w, const T* __restrict__ b,
                              I total, I channels, I m) {
+  pdl_begin();
   using A = racc_t<T>;
   for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < total; i += static_cast<I>(gridDim.x) * blockDim.x) {
     const I c = (i / m) % channels;
@@ -239,6 +244,7 @@ __global__ void backward_elemt_kernel(T* __restrict__ dx, const T* __restrict__ 
                                       const T* __restrict__ w, const racc_t<T>* __restrict__ sum_dy,
                                       const racc_t<T>* __restrict__ sum_dy_xmu, I total, I channels, I m,
                                       racc_t<T> inv_count) {
+  pdl_begin();
   using A = racc_t<T>;
   for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < total; i += static_cast<I>(gridDim.x) * blockDim.x) {
     const I c = (i / m) % channels;
@@ -258,6 +264,7 @@ __global__ void __launch_bounds__(elemt_threads)
     elemt_planes_kernel(T* __restrict__ y, const T* __restrict__ x, const racc_t<T>* __restrict__ mean,
                         const racc_t<T>* __restrict__ invstd, const T* __restrict__ w, const T* __restrict__ b,
                         std::uint32_t channels, std::uint32_t m, std::uint32_t chunks) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::uint32_t plane = blockIdx.x / chunks, part = blockIdx.x - plane * chunks, c = plane % channels;
   A scale = invstd[c];
@@ -288,6 +295,7 @@ __global__ void __launch_bounds__(elemt_threads)
                                  const T* __restrict__ w, const racc_t<T>* __restrict__ sum_dy,
                                  const racc_t<T>* __restrict__ sum_dy_xmu, std::uint32_t channels, std::uint32_t m,
                                  std::uint32_t chunks, racc_t<T> inv_count) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::uint32_t plane = blockIdx.x / chunks, part = blockIdx.x - plane * chunks, c = plane % channels;
   const A inv = invstd[c];
@@ -352,9 +360,9 @@ int batch_norm_stats(void* mean, void* invstd, const void* in, DType dtype, std:
   bool ok = floating(dtype, [&]<class T>(T*) {
     using A = racc_t<T>;
     auto* part = static_cast<Moments<A>*>(workspace);
-    stats_partial_kernel<T><<<static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s>>>(
+    launch_pdl(stats_partial_kernel<T>, static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s,
         part, static_cast<const T*>(in), c, m, n * m, sp.splits, sp.per_split);
-    stats_finish_kernel<A><<<static_cast<unsigned>((c + 127) / 128), 128, 0, s>>>(
+    launch_pdl(stats_finish_kernel<A>, static_cast<unsigned>((c + 127) / 128), 128, 0, s,
         static_cast<A*>(mean), static_cast<A*>(invstd), part, c, sp.splits, static_cast<A>(eps),
         static_cast<A*>(running_mean), static_cast<A*>(running_var), static_cast<A>(momentum));
   });
@@ -374,10 +382,10 @@ int batch_norm_backward_reduce(void* sum_dy, void* sum_dy_xmu, const void* grad,
     }
     const Split sp = split_for(n, c, m);
     auto* part = static_cast<A*>(workspace);
-    backward_partial_kernel<T><<<static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s>>>(
+    launch_pdl(backward_partial_kernel<T>, static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s,
         part, static_cast<const T*>(grad), static_cast<const T*>(in), static_cast<const A*>(mean), c, m, n * m,
         sp.splits, sp.per_split);
-    backward_finish_kernel<A><<<static_cast<unsigned>((c + 127) / 128), 128, 0, s>>>(
+    launch_pdl(backward_finish_kernel<A>, static_cast<unsigned>((c + 127) / 128), 128, 0, s,
         static_cast<A*>(sum_dy), static_cast<A*>(sum_dy_xmu), part, c, sp.splits);
   });
   return status(ok);
@@ -391,14 +399,14 @@ int batch_norm_elemt(void* out, const void* in, const void* mean, const void* in
   bool ok = floating(dtype, [&]<class T>(T*) {
     using A = racc_t<T>;
     if (chunks > 0) {
-      elemt_planes_kernel<T><<<static_cast<unsigned>(n * c * chunks), elemt_threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      launch_pdl(elemt_planes_kernel<T>, static_cast<unsigned>(n * c * chunks), elemt_threads, 0, static_cast<cudaStream_t>(stream),
           static_cast<T*>(out), static_cast<const T*>(in), static_cast<const A*>(mean), static_cast<const A*>(invstd),
           static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<std::uint32_t>(c),
           static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(chunks));
       return;
     }
     auto launch = [&]<class I>(I) {
-      elemt_kernel<T, I><<<blocks_for(total, elemt_threads), elemt_threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      launch_pdl(elemt_kernel<T, I>, blocks_for(total, elemt_threads), elemt_threads, 0, static_cast<cudaStream_t>(stream),
           static_cast<T*>(out), static_cast<const T*>(in), static_cast<const A*>(mean), static_cast<const A*>(invstd),
           static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<I>(total), static_cast<I>(c),
           static_cast<I>(m));
@@ -419,8 +427,7 @@ int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, c
     using A = racc_t<T>;
     const A inv_count = static_cast<A>(1.0 / static_cast<double>(n * m));
     if (chunks > 0) {
-      backward_elemt_planes_kernel<T>
-          <<<static_cast<unsigned>(n * c * chunks), elemt_threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      launch_pdl(backward_elemt_planes_kernel<T>, static_cast<unsigned>(n * c * chunks), elemt_threads, 0, static_cast<cudaStream_t>(stream),
               static_cast<T*>(grad_in), static_cast<const T*>(grad), static_cast<const T*>(in),
               static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(weight),
               static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), static_cast<std::uint32_t>(c),
@@ -428,8 +435,7 @@ int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, c
       return;
     }
     auto launch = [&]<class I>(I) {
-      backward_elemt_kernel<T, I>
-          <<<blocks_for(total, elemt_threads), elemt_threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      launch_pdl(backward_elemt_kernel<T, I>, blocks_for(total, elemt_threads), elemt_threads, 0, static_cast<cudaStream_t>(stream),
               static_cast<T*>(grad_in), static_cast<const T*>(grad), static_cast<const T*>(in),
               static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(weight),
               static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), static_cast<I>(total),

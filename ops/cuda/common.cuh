@@ -6,9 +6,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "backend/contract.hpp"
 #include "ops/cuda/kernels.hpp"
@@ -53,6 +56,47 @@ inline bool is_contiguous(const Operand& s) {
     expect *= s.sizes[d];
   }
   return true;
+}
+
+// Programmatic dependent launch (Hopper; CUDA C++ Programming Guide, "Programmatic Dependent
+// Launch and Synchronization"). A kernel launched with it may be scheduled while the kernel
+// before it in the stream is still running, so its launch latency hides behind that kernel's
+// tail. So every brrr kernel starts with pdl_begin(): it waits (griddepcontrol.wait) until the
+// previous kernel has finished and its writes are visible, before touching any memory, then
+// lets the next kernel be scheduled (griddepcontrol.launch_dependents). Without the launch
+// attribute both instructions return at once. The attribute is set only with BRRR_PDL=1: an
+// experiment, off by default until measured (docs/benchmarks.md).
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BRRR_PDL");
+    return v != nullptr && v[0] == '1' && v[1] == '\0';
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-dependent-launch
+// attribute when pdl_enabled(). Errors are left for cudaGetLastError, as <<<>>> leaves them.
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Grid for a grid-stride loop over n elements.

@@ -17,6 +17,7 @@ namespace brrr::kernels {
 
 namespace {
 template <class D, class S> __global__ void copy_contiguous(D* dst, const S* src, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(blockDim.x) * gridDim.x)
     dst[i] = narrow_to<D>(widen(src[i]));
@@ -25,6 +26,7 @@ template <class D, class S> __global__ void copy_contiguous(D* dst, const S* src
 // The same conversion V elements per thread (one 16-byte access for the wider side): both
 // pointers aligned to V elements, n a multiple of V.
 template <class D, class S, int V> __global__ void copy_contiguous_vec(D* dst, const S* src, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n / V;
        i += std::int64_t(blockDim.x) * gridDim.x) {
     const Pack<S, V> in = reinterpret_cast<const Pack<S, V>*>(src)[i];
@@ -36,6 +38,7 @@ template <class D, class S, int V> __global__ void copy_contiguous_vec(D* dst, c
 }
 
 template <class D, class S> __global__ void copy_strided(Operand dst, Operand src) {
+  pdl_begin();
   D* d = static_cast<D*>(dst.data);
   const S* s = static_cast<const S*>(src.data);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < dst.numel;
@@ -50,6 +53,7 @@ template <class D, class S> __global__ void copy_strided(Operand dst, Operand sr
 template <class D, class S, int V>
 __global__ void copy_rows(D* __restrict__ dst, const S* __restrict__ src, std::int64_t rows, std::int64_t cols,
                           std::int64_t ds, std::int64_t ss) {
+  pdl_begin();
   const std::int64_t per_row = cols / V, n = rows * per_row;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(blockDim.x) * gridDim.x) {
@@ -81,6 +85,7 @@ template <class D, class S>
 __global__ void __launch_bounds__(256) copy_transpose(D* __restrict__ dst, const S* __restrict__ src, int rows, int cols,
                                                     std::int64_t ds_i, std::int64_t ds_b, std::int64_t ss_j,
                                                     std::int64_t ss_b) {
+  pdl_begin();
   __shared__ S tile[32][33];
   const int i0 = static_cast<int>(blockIdx.y) * 32, j0 = static_cast<int>(blockIdx.x) * 32;
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -116,23 +121,23 @@ void launch_rows(const Operand& dst, const Operand& src, std::int64_t rows, std:
   auto* s = static_cast<const S*>(src.data);
   if constexpr (widest >= 8) {
     if (fits(8)) {
-      copy_rows<D, S, 8><<<blocks_for(rows * cols / 8), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+      launch_pdl(copy_rows<D, S, 8>, blocks_for(rows * cols / 8), 256, 0, st, d, s, rows, cols, ds, ss);
       return;
     }
   }
   if constexpr (widest >= 4) {
     if (fits(4)) {
-      copy_rows<D, S, 4><<<blocks_for(rows * cols / 4), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+      launch_pdl(copy_rows<D, S, 4>, blocks_for(rows * cols / 4), 256, 0, st, d, s, rows, cols, ds, ss);
       return;
     }
   }
   if constexpr (widest >= 2) {
     if (fits(2)) {
-      copy_rows<D, S, 2><<<blocks_for(rows * cols / 2), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+      launch_pdl(copy_rows<D, S, 2>, blocks_for(rows * cols / 2), 256, 0, st, d, s, rows, cols, ds, ss);
       return;
     }
   }
-  copy_rows<D, S, 1><<<blocks_for(rows * cols), 256, 0, st>>>(d, s, rows, cols, ds, ss);
+  launch_pdl(copy_rows<D, S, 1>, blocks_for(rows * cols), 256, 0, st, d, s, rows, cols, ds, ss);
 }
 }  // namespace
 
@@ -170,10 +175,10 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
       const auto aligned = [](const void* p, std::size_t b) { return reinterpret_cast<std::uintptr_t>(p) % b == 0; };
       if (contiguous && V > 1 && dst.numel % V == 0 && aligned(dst.data, V * sizeof(D)) &&
           aligned(src.data, V * sizeof(S)))
-        copy_contiguous_vec<D, S, V><<<blocks_for(dst.numel / V), 256, 0, st>>>(
+        launch_pdl(copy_contiguous_vec<D, S, V>, blocks_for(dst.numel / V), 256, 0, st,
             static_cast<D*>(dst.data), static_cast<const S*>(src.data), dst.numel);
       else if (contiguous)
-        copy_contiguous<D, S><<<blocks_for(dst.numel), 256, 0, st>>>(static_cast<D*>(dst.data),
+        launch_pdl(copy_contiguous<D, S>, blocks_for(dst.numel), 256, 0, st, static_cast<D*>(dst.data),
                                                                       static_cast<const S*>(src.data), dst.numel);
       else if (rows && dst.ndim == 2)
         launch_rows<D, S>(dst, src, dst.sizes[0], dst.sizes[1], dst.strides[0], src.strides[0], st);
@@ -183,12 +188,12 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
         const std::int64_t r = dst.sizes[nd - 2], c = dst.sizes[nd - 1], batch = nd == 3 ? dst.sizes[0] : 1;
         const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>((r + 31) / 32),
                         static_cast<unsigned>(batch));
-        copy_transpose<D, S><<<grid, dim3(32, 8), 0, st>>>(
+        launch_pdl(copy_transpose<D, S>, grid, dim3(32, 8), 0, st,
             static_cast<D*>(dst.data), static_cast<const S*>(src.data), static_cast<int>(r), static_cast<int>(c),
             dst.strides[nd - 2], nd == 3 ? dst.strides[0] : 0, src.strides[nd - 1], nd == 3 ? src.strides[0] : 0);
       }
       else
-        copy_strided<D, S><<<blocks_for(dst.numel), 256, 0, st>>>(dst, src);
+        launch_pdl(copy_strided<D, S>, blocks_for(dst.numel), 256, 0, st, dst, src);
     });
   });
   return static_cast<int>(cudaGetLastError());

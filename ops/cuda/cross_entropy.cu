@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(256) ce_forward(racc_t<T>* __restrict__ out, r
                                                   const T* __restrict__ logits, const void* target, std::int64_t rows,
                                                   std::int64_t cols, std::int64_t ignore_index, racc_t<T> eps,
                                                   int* flag, int code) {
+  pdl_begin();
   using A = racc_t<T>;
   __shared__ A red[33];
   const int group = Warp ? 32 : blockDim.x;
@@ -72,6 +73,7 @@ __global__ void ce_backward(T* __restrict__ grad, const T* __restrict__ logits, 
                             const void* target, const racc_t<T>* __restrict__ g, bool per_row,
                             const racc_t<T>* __restrict__ count, std::int64_t rows, std::int64_t cols,
                             std::int64_t ignore_index, racc_t<T> eps) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::int64_t n = rows * cols;
   const A scale_all = count ? g[0] / count[0] : g[0];  // count 0 means every row is ignored
@@ -119,11 +121,11 @@ int cross_entropy_forward(void* out, void* lse, const void* logits, DType dtype,
     const A eps = static_cast<A>(label_smoothing);
     if (cols <= 1024) {  // a warp per row, 4 rows per block
       const std::int64_t blocks = std::min<std::int64_t>((rows + 3) / 4, 65535);
-      ce_forward<T, I, true><<<blocks, 128, 0, st>>>(o, l, x, target, rows, cols, ignore_index, eps, error_flag,
+      launch_pdl(ce_forward<T, I, true>, blocks, 128, 0, st, o, l, x, target, rows, cols, ignore_index, eps, error_flag,
                                                      error_code);
     } else {  // a block per row
       const std::int64_t blocks = std::min<std::int64_t>(rows, 65535);
-      ce_forward<T, I, false><<<blocks, 256, 0, st>>>(o, l, x, target, rows, cols, ignore_index, eps, error_flag,
+      launch_pdl(ce_forward<T, I, false>, blocks, 256, 0, st, o, l, x, target, rows, cols, ignore_index, eps, error_flag,
                                                       error_code);
     }
   });
@@ -140,7 +142,7 @@ int cross_entropy_backward(void* grad_logits, const void* logits, const void* ls
     using T = decltype(tag);
     using I = decltype(itag);
     using A = racc_t<T>;
-    ce_backward<T, I><<<blocks_for(rows * cols), 256, 0, st>>>(
+    launch_pdl(ce_backward<T, I>, blocks_for(rows * cols), 256, 0, st,
         static_cast<T*>(grad_logits), static_cast<const T*>(logits), static_cast<const A*>(lse), target,
         static_cast<const A*>(grad), per_row, static_cast<const A*>(count), rows, cols, ignore_index,
         static_cast<A>(label_smoothing));

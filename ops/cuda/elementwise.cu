@@ -33,6 +33,7 @@ template <class In, class Out> constexpr int vec_width() {
 
 template <class F, class O, class I, int V>
 __global__ void map1_vec(O* out, const I* in, std::int64_t n, F f) {
+  pdl_begin();
   std::int64_t stride = std::int64_t(blockDim.x) * gridDim.x * V;
   std::int64_t i = (blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x) * V;
   for (; i + V <= n; i += stride) {
@@ -48,6 +49,7 @@ __global__ void map1_vec(O* out, const I* in, std::int64_t n, F f) {
 
 template <class F, class O, class I>
 __global__ void map1_strided(Operand out, Operand in, F f) {
+  pdl_begin();
   O* o = static_cast<O*>(out.data);
   const I* x = static_cast<const I*>(in.data);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < out.numel;
@@ -58,6 +60,7 @@ __global__ void map1_strided(Operand out, Operand in, F f) {
 // Binary kernels read a as IA and b as IB: one dtype, or f32 with bf16/f16 (mixed_float_binary).
 template <class F, class O, class IA, class IB, int V>
 __global__ void map2_vec(O* out, const IA* a, const IB* b, std::int64_t n, F f) {
+  pdl_begin();
   std::int64_t stride = std::int64_t(blockDim.x) * gridDim.x * V;
   std::int64_t i = (blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x) * V;
   for (; i + V <= n; i += stride) {
@@ -74,6 +77,7 @@ __global__ void map2_vec(O* out, const IA* a, const IB* b, std::int64_t n, F f) 
 
 template <class F, class O, class IA, class IB>
 __global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
+  pdl_begin();
   O* o = static_cast<O*>(out.data);
   const IA* pa = static_cast<const IA*>(a.data);
   const IB* pb = static_cast<const IB*>(b.data);
@@ -91,6 +95,7 @@ __global__ void map2_strided(Operand out, Operand a, Operand b, F f) {
 template <class F, class O, class IA, class IB, int V>
 __global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, std::int64_t inner, std::int64_t seg,
                           std::int64_t segs, bool packed, F f) {
+  pdl_begin();
   const int last = out.ndim - 1;
   const bool a_row = a.strides[last] == 0, b_row = b.strides[last] == 0;
   for (std::int64_t blk = blockIdx.x; blk < rows * segs; blk += gridDim.x) {
@@ -132,6 +137,7 @@ __global__ void map2_rows(Operand out, Operand a, Operand b, std::int64_t rows, 
 
 template <class T>
 __global__ void where_strided(Operand out, Operand cond, Operand a, Operand b) {
+  pdl_begin();
   T* o = static_cast<T*>(out.data);
   const std::uint8_t* c = static_cast<const std::uint8_t*>(cond.data);
   const T* pa = static_cast<const T*>(a.data);
@@ -207,10 +213,10 @@ template <class O, class I, class F> void launch1(Operand out, Operand in, F f, 
   if (vectorizable(ops)) {
     constexpr int V = vec_width<I, O>();
     std::int64_t threads_needed = (out.numel + V - 1) / V;
-    map1_vec<F, O, I, V><<<blocks_for(threads_needed), 256, 0, s>>>(static_cast<O*>(out.data),
+    launch_pdl(map1_vec<F, O, I, V>, blocks_for(threads_needed), 256, 0, s, static_cast<O*>(out.data),
                                                                   static_cast<const I*>(in.data), out.numel, f);
   } else {
-    map1_strided<F, O, I><<<blocks_for(out.numel), 256, 0, s>>>(out, in, f);
+    launch_pdl(map1_strided<F, O, I>, blocks_for(out.numel), 256, 0, s, out, in, f);
   }
 }
 
@@ -222,7 +228,7 @@ void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
   constexpr int V = vec_width<Wide, O>();  // a pack of each operand is at most 16 bytes
   if (vectorizable(ops)) {
     std::int64_t threads_needed = (out.numel + V - 1) / V;
-    map2_vec<F, O, IA, IB, V><<<blocks_for(threads_needed), 256, 0, s>>>(
+    launch_pdl(map2_vec<F, O, IA, IB, V>, blocks_for(threads_needed), 256, 0, s,
         static_cast<O*>(out.data), static_cast<const IA*>(a.data), static_cast<const IB*>(b.data), out.numel, f);
   } else if (const std::int64_t inner = rows_inner(ops); inner > 0) {
     const std::int64_t rows = out.numel / inner;
@@ -247,10 +253,10 @@ void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
     const std::int64_t seg = ((inner + segs - 1) / segs + V - 1) / V * V;
     segs = (inner + seg - 1) / seg;
     const std::int64_t blocks = rows * segs, grid = blocks < 65535 ? blocks : 65535;
-    map2_rows<F, O, IA, IB, V><<<static_cast<unsigned>(grid), threads, 0, s>>>(out, a, b, rows, inner, seg, segs,
+    launch_pdl(map2_rows<F, O, IA, IB, V>, static_cast<unsigned>(grid), threads, 0, s, out, a, b, rows, inner, seg, segs,
                                                                                packed, f);
   } else {
-    map2_strided<F, O, IA, IB><<<blocks_for(out.numel), 256, 0, s>>>(out, a, b, f);
+    launch_pdl(map2_strided<F, O, IA, IB>, blocks_for(out.numel), 256, 0, s, out, a, b, f);
   }
 }
 
@@ -335,7 +341,7 @@ int where(const Operand& out, const Operand& cond, const Operand& a, const Opera
   Operand o = out, c = cond, pa = a, pb = b;
   Operand* ops[4] = {&o, &c, &pa, &pb};
   coalesce(ops);
-  dispatch(out.dtype, [&]<class T>(T*) { where_strided<T><<<blocks_for(o.numel), 256, 0, st>>>(o, c, pa, pb); });
+  dispatch(out.dtype, [&]<class T>(T*) { launch_pdl(where_strided<T>, blocks_for(o.numel), 256, 0, st, o, c, pa, pb); });
   return static_cast<int>(cudaGetLastError());
 }
 

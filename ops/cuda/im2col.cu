@@ -43,6 +43,7 @@ Grid2 grid_for(std::int64_t positions, std::int64_t rows) {
 template <class T>
 __global__ void __launch_bounds__(threads)
     im2col_kernel(T* __restrict__ out, Operand in, Window2d g, T pad, std::int64_t rows_per_block) {
+  pdl_begin();
   const T* __restrict__ x = static_cast<const T*>(in.data);
   const std::int64_t L = g.out_h * g.out_w, rows = g.n * g.c * g.kh * g.kw;
   const std::int64_t l = blockIdx.x * std::int64_t(threads) + threadIdx.x;
@@ -95,6 +96,7 @@ template <class T>
 __global__ void __launch_bounds__(threads)
     col2im_kernel(T* __restrict__ out, Operand col, Window2d g, std::int64_t planes_per_block, std::int64_t step_h,
                   std::int64_t ostep_h, std::int64_t step_w, std::int64_t ostep_w) {
+  pdl_begin();
   const T* __restrict__ cp = static_cast<const T*>(col.data);
   const std::int64_t hw = g.h * g.w, planes = g.n * g.c;
   const std::int64_t cell = blockIdx.x * std::int64_t(threads) + threadIdx.x;
@@ -146,7 +148,7 @@ int im2col(const Operand& out, const Operand& in, const Window2d& g, double pad_
   const Grid2 grid = grid_for(g.out_h * g.out_w, g.n * g.c * g.kh * g.kw);
   dispatch(in.dtype, [&]<class T>(T*) {
     const T pad = narrow_to<T>(pad_value);
-    im2col_kernel<T><<<grid.blocks, threads, 0, s>>>(static_cast<T*>(out.data), in, g, pad, grid.per_block);
+    launch_pdl(im2col_kernel<T>, grid.blocks, threads, 0, s, static_cast<T*>(out.data), in, g, pad, grid.per_block);
   });
   return static_cast<int>(cudaGetLastError());
 }
@@ -158,7 +160,7 @@ int col2im(const Operand& out, const Operand& col, const Window2d& g, void* stre
   const std::int64_t step_h = g.sh / gcd(g.sh, g.dh), step_w = g.sw / gcd(g.sw, g.dw);
   const std::int64_t ostep_h = g.dh * step_h / g.sh, ostep_w = g.dw * step_w / g.sw;
   dispatch(out.dtype, [&]<class T>(T*) {
-    col2im_kernel<T><<<grid.blocks, threads, 0, s>>>(static_cast<T*>(out.data), col, g, grid.per_block, step_h,
+    launch_pdl(col2im_kernel<T>, grid.blocks, threads, 0, s, static_cast<T*>(out.data), col, g, grid.per_block, step_h,
                                                      ostep_h, step_w, ostep_w);
   });
   return static_cast<int>(cudaGetLastError());

@@ -51,6 +51,7 @@ __device__ __forceinline__ std::int64_t checked_index(std::int64_t k, std::int64
 
 template <class E, class I>
 __global__ void gather_kernel(Operand out, Operand in, int dim, Operand index, int* flag, int code) {
+  pdl_begin();
   E* o = static_cast<E*>(out.data);
   const E* x = static_cast<const E*>(in.data);
   const I* ix = static_cast<const I*>(index.data);
@@ -80,6 +81,7 @@ template <class W, class I>
 __global__ void gather_rows_kernel(char* out, const char* in, std::int64_t in_row_bytes, std::int64_t n,
                                    std::int64_t size, const I* ix, std::int64_t ix_stride, std::int64_t words,
                                    int lanes, int* flag, int code) {
+  pdl_begin();
   const int lane = static_cast<int>(threadIdx.x) % lanes;
   const std::int64_t groups = std::int64_t(gridDim.x) * (blockDim.x / lanes);
   for (std::int64_t r = (blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x) / lanes; r < n; r += groups) {
@@ -122,6 +124,7 @@ __device__ __forceinline__ void atomic_add(std::int64_t* p, std::int64_t v) {
 
 template <class T, class I>
 __global__ void scatter_atomic_kernel(Operand out, int dim, Operand index, Operand src, int* flag, int code) {
+  pdl_begin();
   T* o = static_cast<T*>(out.data);
   const T* s = static_cast<const T*>(src.data);
   const I* ix = static_cast<const I*>(index.data);
@@ -186,6 +189,7 @@ template <class T, class F> __device__ void atomic_update(T* p, F f) {
 
 template <ScatterOp OP, class T, class I>
 __global__ void scatter_reduce_kernel(Operand out, int dim, Operand index, Operand src, int* flag, int code) {
+  pdl_begin();
   T* o = static_cast<T*>(out.data);
   const T* s = static_cast<const T*>(src.data);
   const I* ix = static_cast<const I*>(index.data);
@@ -211,6 +215,7 @@ __global__ void scatter_reduce_kernel(Operand out, int dim, Operand index, Opera
 // vals[p] = p.
 template <class K, class I>
 __global__ void scatter_keys_kernel(Operand out, int dim, Operand index, K* keys, K* vals, int* flag, int code) {
+  pdl_begin();
   const I* ix = static_cast<const I*>(index.data);
   const std::int64_t n = index.numel;
   const std::int64_t size = out.sizes[dim];
@@ -235,6 +240,7 @@ __global__ void scatter_keys_kernel(Operand out, int dim, Operand index, K* keys
 // of the run in position order, rounded to T after every addition (the CPU's loop).
 template <class T, class K>
 __global__ void scatter_segments_kernel(Operand out, Operand src, const K* keys, const K* vals, std::int64_t n) {
+  pdl_begin();
   T* o = static_cast<T*>(out.data);
   const T* s = static_cast<const T*>(src.data);
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
@@ -315,12 +321,12 @@ cudaError_t run_sorted(const SortPlan& p, const Operand& out, int dim, const Ope
   void* temp = w + 4 * slot;
   std::size_t temp_bytes = cub_sort_bytes<K>(p);
   const unsigned blocks = blocks_for(p.n, threads);
-  scatter_keys_kernel<K, I><<<blocks, threads, 0, st>>>(out, dim, index, keys_in, vals_in, flag, code);
+  launch_pdl(scatter_keys_kernel<K, I>, blocks, threads, 0, st, out, dim, index, keys_in, vals_in, flag, code);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, p.n, 0, p.end_bit, st);
   if (e != cudaSuccess) return e;
-  scatter_segments_kernel<T, K><<<blocks, threads, 0, st>>>(out, src, keys_out, vals_out, p.n);
+  launch_pdl(scatter_segments_kernel<T, K>, blocks, threads, 0, st, out, src, keys_out, vals_out, p.n);
   return cudaGetLastError();
 }
 
@@ -349,7 +355,7 @@ int gather(const Operand& out, const Operand& in, int dim, const Operand& index,
         const std::int64_t words = row_bytes / static_cast<std::int64_t>(sizeof(W));
         int lanes = 1;
         while (lanes < 32 && lanes < words) lanes *= 2;
-        gather_rows_kernel<W, I><<<blocks_for(out.sizes[0] * lanes, threads), threads, 0, st>>>(
+        launch_pdl(gather_rows_kernel<W, I>, blocks_for(out.sizes[0] * lanes, threads), threads, 0, st,
             static_cast<char*>(out.data), static_cast<const char*>(in.data), in_row_bytes, out.sizes[0], in.sizes[0],
             static_cast<const I*>(index.data), index.strides[0], words, lanes, error_flag, error_code);
       };
@@ -364,10 +370,10 @@ int gather(const Operand& out, const Operand& in, int dim, const Operand& index,
   with_index_type(index.dtype, [&](auto i) {
     using I = decltype(i);
     switch (item) {
-      case 1: gather_kernel<std::uint8_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
-      case 2: gather_kernel<std::uint16_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
-      case 4: gather_kernel<std::uint32_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
-      default: gather_kernel<std::uint64_t, I><<<blocks, threads, 0, st>>>(out, in, dim, index, error_flag, error_code); break;
+      case 1: launch_pdl(gather_kernel<std::uint8_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
+      case 2: launch_pdl(gather_kernel<std::uint16_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
+      case 4: launch_pdl(gather_kernel<std::uint32_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
+      default: launch_pdl(gather_kernel<std::uint64_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
     }
   });
   return static_cast<int>(cudaGetLastError());
@@ -383,7 +389,7 @@ int scatter_add_atomic(const Operand& out, int dim, const Operand& index, const 
     if constexpr (!is_bool_storage<T>) {
       with_index_type(index.dtype, [&](auto i) {
         using I = decltype(i);
-        scatter_atomic_kernel<T, I><<<blocks, threads, 0, st>>>(out, dim, index, src, error_flag, error_code);
+        launch_pdl(scatter_atomic_kernel<T, I>, blocks, threads, 0, st, out, dim, index, src, error_flag, error_code);
       });
     }
   });
@@ -402,7 +408,7 @@ int scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& ind
     dispatch(out.dtype, [&]<class T>(T*) {
       with_index_type(index.dtype, [&](auto i) {
         using I = decltype(i);
-        scatter_reduce_kernel<OP, T, I><<<blocks, threads, 0, st>>>(out, dim, index, src, error_flag, error_code);
+        launch_pdl(scatter_reduce_kernel<OP, T, I>, blocks, threads, 0, st, out, dim, index, src, error_flag, error_code);
       });
     });
   });

@@ -21,6 +21,7 @@ BRRR_HD bool is_nearest(UpsampleMode m) { return m == UpsampleMode::nearest || m
 
 template <class T, class C>
 __global__ void upsample_kernel(T* out, const T* in, std::int64_t n, Axes<C> ax) {
+  pdl_begin();
   const std::int64_t id = ax.d.in, ih = ax.h.in, iw = ax.w.in, od = ax.d.out, oh = ax.h.out, ow = ax.w.out;
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
@@ -37,6 +38,7 @@ __global__ void upsample_kernel(T* out, const T* in, std::int64_t n, Axes<C> ax)
 
 template <class T>
 __global__ void upsample_backward_kernel(T* grad_in, const T* grad_out, std::int64_t n, Axes<T> ax) {
+  pdl_begin();
   const std::int64_t id = ax.d.in, ih = ax.h.in, iw = ax.w.in, od = ax.d.out, oh = ax.h.out, ow = ax.w.out;
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
@@ -73,7 +75,7 @@ int upsample(const Operand& out, const Operand& in, const backend::Upsample& g, 
   dispatch(out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       using C = compute_t<T>;
-      upsample_kernel<T, C><<<blocks_for(n, threads), threads, 0, s>>>(
+      launch_pdl(upsample_kernel<T, C>, blocks_for(n, threads), threads, 0, s,
           static_cast<T*>(out.data), static_cast<const T*>(in.data), n, axes_of<C>(in, out, g));
     }
   });
@@ -84,7 +86,7 @@ int upsample_backward(const Operand& grad_in, const Operand& grad_out, const bac
   const std::int64_t n = grad_out.numel;
   auto s = static_cast<cudaStream_t>(stream);
   auto launch = [&]<class T>(T*) {
-    upsample_backward_kernel<T><<<blocks_for(n, threads), threads, 0, s>>>(
+    launch_pdl(upsample_backward_kernel<T>, blocks_for(n, threads), threads, 0, s,
         static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), n, axes_of<T>(grad_in, grad_out, g));
   };
   if (grad_in.dtype == DType::f64) launch(static_cast<double*>(nullptr));

@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(lnb_warps * 32)
                              const T* __restrict__ x, const racc_t<T>* __restrict__ mean,
                              const racc_t<T>* __restrict__ rstd, const racc_t<T>* __restrict__ w, std::int64_t rows,
                              int cols) {
+  pdl_begin();
   using A = racc_t<T>;
   extern __shared__ __align__(16) unsigned char lnb_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(lnb_block_threads)
     layer_norm_backward_dx_block(T* __restrict__ dx, const T* __restrict__ dy, const T* __restrict__ x,
                                  const racc_t<T>* __restrict__ mean, const racc_t<T>* __restrict__ rstd,
                                  const racc_t<T>* __restrict__ w, std::int64_t rows, std::int64_t cols) {
+  pdl_begin();
   using A = racc_t<T>;
   __shared__ A red[33];
   const A inv_cols = A(1) / static_cast<A>(cols);
@@ -145,6 +147,7 @@ __global__ void __launch_bounds__(lnb_block_threads)
     layer_norm_backward_columns(racc_t<T>* __restrict__ partial, const T* __restrict__ dy, const T* __restrict__ x,
                                 const racc_t<T>* __restrict__ mean, const racc_t<T>* __restrict__ rstd,
                                 std::int64_t rows, std::int64_t cols, std::int64_t chunk) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
@@ -171,6 +174,7 @@ template <class A>
 __global__ void __launch_bounds__(sum_cols * sum_slices)
     layer_norm_backward_sum_parts(A* __restrict__ dw, A* __restrict__ db, const A* __restrict__ partial,
                                   std::int64_t parts, std::int64_t cols) {
+  pdl_begin();
   __shared__ A red[2][sum_slices][sum_cols];
   const int tx = threadIdx.x % sum_cols, ty = threadIdx.x / sum_cols;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * sum_cols + tx;
@@ -207,6 +211,7 @@ __global__ void __launch_bounds__(lnb_warps * 32)
                                          const TS* __restrict__ x, const racc_t<TS>* __restrict__ mean,
                                          const racc_t<TS>* __restrict__ rstd, const racc_t<TS>* __restrict__ w,
                                          const bool* __restrict__ mask, std::int64_t rows, int cols, T0 keep) {
+  pdl_begin();
   using A = racc_t<TS>;
   extern __shared__ __align__(16) unsigned char lnb_smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -341,23 +346,23 @@ int layer_norm_backward_typed(T* dx, racc_t<T>* dw, racc_t<T>* db, const T* dy, 
     with_pow2_upto32(lanes_n(cols), [&](auto n) {
       constexpr int N = decltype(n)::value;
       if constexpr (N <= lnb_max_n<A>)
-        layer_norm_backward_warp<T, N><<<grid, lnb_warps * 32, smem, st>>>(dx, partial, dy, x, mean, rstd, w, rows, c);
+        launch_pdl(layer_norm_backward_warp<T, N>, grid, lnb_warps * 32, smem, st, dx, partial, dy, x, mean, rstd, w, rows, c);
     });
   } else {
     if (dx) {
       const auto grid = static_cast<unsigned>(rows < (1 << 20) ? rows : (1 << 20));
-      layer_norm_backward_dx_block<T><<<grid, lnb_block_threads, 0, st>>>(dx, dy, x, mean, rstd, w, rows, cols);
+      launch_pdl(layer_norm_backward_dx_block<T>, grid, lnb_block_threads, 0, st, dx, dy, x, mean, rstd, w, rows, cols);
     }
     if (sums) {
       const dim3 grid(static_cast<unsigned>((cols + lnb_block_threads - 1) / lnb_block_threads),
                       static_cast<unsigned>(p.parts));
-      layer_norm_backward_columns<T><<<grid, lnb_block_threads, 0, st>>>(partial, dy, x, mean, rstd, rows, cols,
+      launch_pdl(layer_norm_backward_columns<T>, grid, lnb_block_threads, 0, st, partial, dy, x, mean, rstd, rows, cols,
                                                                          p.chunk);
     }
   }
   if (sums) {
     const auto grid = static_cast<unsigned>((cols + sum_cols - 1) / sum_cols);
-    layer_norm_backward_sum_parts<A><<<grid, sum_cols * sum_slices, 0, st>>>(dw, db, partial, p.parts, cols);
+    launch_pdl(layer_norm_backward_sum_parts<A>, grid, sum_cols * sum_slices, 0, st, dw, db, partial, p.parts, cols);
   }
   return static_cast<int>(cudaGetLastError());
 }
@@ -427,8 +432,7 @@ int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual
           if constexpr (sizeof(A) == 4 || G <= 4) {
             launched = true;
             auto launch = [&](auto vec) {
-              dropout_add_layer_norm_backward_warp<T0, TS, G, decltype(vec)::value>
-                  <<<grid, lnb_warps * 32, smem, st>>>(
+              launch_pdl(dropout_add_layer_norm_backward_warp<T0, TS, G, decltype(vec)::value>, grid, lnb_warps * 32, smem, st,
                       dx0 ? static_cast<T0*>(dx0->data) : nullptr,
                       dresidual ? static_cast<TS*>(dresidual->data) : nullptr, partial,
                       static_cast<const T0*>(grad_out.data),
@@ -444,7 +448,7 @@ int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual
         if (!launched) return;  // status stays cudaErrorInvalidValue
         if (sums) {
           const auto g2 = static_cast<unsigned>((cols + sum_cols - 1) / sum_cols);
-          layer_norm_backward_sum_parts<A><<<g2, sum_cols * sum_slices, 0, st>>>(dw, db, partial, parts.parts, cols);
+          launch_pdl(layer_norm_backward_sum_parts<A>, g2, sum_cols * sum_slices, 0, st, dw, db, partial, parts.parts, cols);
         }
         status = static_cast<int>(cudaGetLastError());
       };

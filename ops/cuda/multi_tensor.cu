@@ -53,6 +53,7 @@ template <class A, NormKind K> __device__ __forceinline__ A norm_term(A v, A p) 
 
 template <class T, NormKind K>
 __global__ void __launch_bounds__(mt_threads) mt_norm_chunks(Chunks list, racc_t<T>* __restrict__ partial, racc_t<T> p) {
+  pdl_begin();
   using A = racc_t<T>;
   __shared__ A red[33];
   const std::int64_t chunk = blockIdx.x;
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(mt_threads) mt_norm_chunks(Chunks list, racc_t
 // out[t] = the combination of tensor t's chunk partials, in chunk order (thread t).
 template <class A, NormKind K>
 __global__ void mt_norm_combine(Chunks list, const A* __restrict__ partial, float* __restrict__ out) {
+  pdl_begin();
   const int t = threadIdx.x;
   if (t >= list.count) return;
   A acc = 0;
@@ -91,6 +93,7 @@ __global__ void mt_norm_combine(Chunks list, const A* __restrict__ partial, floa
 
 template <class T>
 __global__ void __launch_bounds__(mt_threads) mt_scale(Chunks list, const racc_t<T>* __restrict__ scale) {
+  pdl_begin();
   using A = racc_t<T>;
   const std::int64_t chunk = blockIdx.x;
   const int t = tensor_of(list, chunk);
@@ -132,8 +135,8 @@ template <class T, NormKind K> int norm_typed(float* out, const MultiTensor& m, 
   using A = racc_t<T>;
   A* partial = static_cast<A*>(workspace);  // the chunks of one group at a time (stream order)
   return for_each_group(m, [&](const Chunks& list, std::size_t first, std::int64_t chunks) {
-    mt_norm_chunks<T, K><<<static_cast<unsigned>(chunks), mt_threads, 0, st>>>(list, partial, static_cast<A>(p));
-    mt_norm_combine<A, K><<<1, mt_max_tensors, 0, st>>>(list, partial, out + first);
+    launch_pdl(mt_norm_chunks<T, K>, static_cast<unsigned>(chunks), mt_threads, 0, st, list, partial, static_cast<A>(p));
+    launch_pdl(mt_norm_combine<A, K>, 1, mt_max_tensors, 0, st, list, partial, out + first);
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -169,7 +172,7 @@ int multi_tensor_scale(const MultiTensor& tensors, const void* scale, void* stre
     if constexpr (is_floating<T>) {
       using A = racc_t<T>;
       status = for_each_group(tensors, [&](const Chunks& list, std::size_t, std::int64_t chunks) {
-        mt_scale<T><<<static_cast<unsigned>(chunks), mt_threads, 0, st>>>(list, static_cast<const A*>(scale));
+        launch_pdl(mt_scale<T>, static_cast<unsigned>(chunks), mt_threads, 0, st, list, static_cast<const A*>(scale));
         return static_cast<int>(cudaGetLastError());
       });
     }

@@ -46,6 +46,7 @@ static_assert(sizeof(TensorList) + sizeof(Coeffs<double>) <= 4000, "kernel param
 template <class T, bool Adam>
 __global__ void __launch_bounds__(optimizer_threads)
     multi_tensor_step(TensorList list, Coeffs<compute_t<T>> arg, const Coeffs<compute_t<T>>* device_c) {
+  pdl_begin();
   using A = compute_t<T>;
   const Coeffs<A> c = device_c ? *device_c : arg;
   // The tensor whose chunk this block updates: the last t with chunk_begin[t] <= blockIdx.x
@@ -147,15 +148,16 @@ template <class T> int launch_all(const OptimizerStep& h, cudaStream_t stream) {
     if (chunks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
     const dim3 grid(static_cast<unsigned>(chunks));
     auto* dc = static_cast<const Coeffs<A>*>(h.device_coeffs);
-    if (h.kind == OptimizerKind::sgd) multi_tensor_step<T, false><<<grid, optimizer_threads, 0, stream>>>(list, c, dc);
-    else multi_tensor_step<T, true><<<grid, optimizer_threads, 0, stream>>>(list, c, dc);
+    if (h.kind == OptimizerKind::sgd) launch_pdl(multi_tensor_step<T, false>, grid, optimizer_threads, 0, stream, list, c, dc);
+    else launch_pdl(multi_tensor_step<T, true>, grid, optimizer_threads, 0, stream, list, c, dc);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return static_cast<int>(e);
   }
   return static_cast<int>(cudaSuccess);
 }
 
-template <class A> __global__ void store_coeffs(Coeffs<A> c, Coeffs<A>* dst) { *dst = c; }
+template <class A> __global__ void store_coeffs(Coeffs<A> c, Coeffs<A>* dst) {
+  pdl_begin(); *dst = c; }
 
 }  // namespace
 
@@ -167,7 +169,7 @@ int optimizer_write_coeffs(const OptimizerStep& step, void* dst, void* stream) {
   dispatch(step.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       using A = compute_t<T>;
-      store_coeffs<A><<<1, 1, 0, s>>>(coeffs_of<A>(step), static_cast<Coeffs<A>*>(dst));
+      launch_pdl(store_coeffs<A>, 1, 1, 0, s, coeffs_of<A>(step), static_cast<Coeffs<A>*>(dst));
       status = static_cast<int>(cudaGetLastError());
     }
   });

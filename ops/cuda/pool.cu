@@ -38,6 +38,7 @@ __device__ __forceinline__ Span outputs_of(std::int64_t y, std::int64_t in, std:
 template <class T>
 __global__ void max_pool_kernel(T* out, std::int64_t* indices, Operand in, Window2d g, bool adaptive,
                                 std::int64_t total) {
+  pdl_begin();
   using A = accumulate_t<T>;
   const T* x = static_cast<const T*>(in.data);
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
@@ -64,6 +65,7 @@ __global__ void max_pool_kernel(T* out, std::int64_t* indices, Operand in, Windo
 template <class T>
 __global__ void max_pool_backward_kernel(T* grad_in, Operand grad_out, const std::int64_t* indices, Window2d g,
                                          bool adaptive, std::int64_t total) {
+  pdl_begin();
   const T* go = static_cast<const T*>(grad_out.data);
   const std::int64_t* st = grad_out.strides;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total;
@@ -89,7 +91,7 @@ int max_pool2d(const Operand& out, const Operand& indices, const Operand& in, co
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>)
-      max_pool_kernel<T><<<blocks_for(out.numel), 256, 0, s>>>(
+      launch_pdl(max_pool_kernel<T>, blocks_for(out.numel), 256, 0, s,
           static_cast<T*>(out.data), static_cast<std::int64_t*>(indices.data), in, g, adaptive, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
@@ -100,7 +102,7 @@ int max_pool2d_backward(const Operand& grad_in, const Operand& grad_out, const O
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(grad_in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>)
-      max_pool_backward_kernel<T><<<blocks_for(grad_in.numel), 256, 0, s>>>(
+      launch_pdl(max_pool_backward_kernel<T>, blocks_for(grad_in.numel), 256, 0, s,
           static_cast<T*>(grad_in.data), grad_out, static_cast<const std::int64_t*>(indices.data), g, adaptive,
           grad_in.numel);
   });

@@ -30,6 +30,7 @@ template <class T, class Word> __device__ __forceinline__ T normal_element(std::
 
 template <class T> __global__ void transform(T* out, const std::uint32_t* w, Distribution dist, std::int64_t low,
                                              std::int64_t high, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(blockDim.x) * gridDim.x) {
     if (dist == Distribution::uniform) {
@@ -49,6 +50,7 @@ template <class T> __global__ void transform(T* out, const std::uint32_t* w, Dis
 template <class T> __global__ void transform_capturable(T* out, const std::uint64_t* seed_offset, std::uint64_t extra,
                                                         Distribution dist, std::int64_t low, std::int64_t high,
                                                         std::int64_t n) {
+  pdl_begin();
   const std::uint64_t seed = seed_offset[0], base = seed_offset[1] + extra;
   auto w = [&](std::int64_t k) { return rt::philox_word(seed, base + static_cast<std::uint64_t>(k)); };
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -73,6 +75,7 @@ template <class T> __global__ void transform_capturable(T* out, const std::uint6
 template <class T>
 __global__ void dropout_kernel(T* __restrict__ out, bool* __restrict__ mask, const T* __restrict__ in, std::int64_t n,
                                AttentionDropout d, T keep) {
+  pdl_begin();
   std::uint64_t seed, offset;
   philox_state(d, seed, offset);
   constexpr int per = std::is_same_v<T, double> ? 2 : 4;  // elements per block of 4 words
@@ -117,6 +120,7 @@ __global__ void dropout_kernel(T* __restrict__ out, bool* __restrict__ mask, con
 template <class T>
 __global__ void dropout_backward_kernel(T* __restrict__ grad_in, const T* __restrict__ grad_out,
                                         const bool* __restrict__ mask, std::int64_t n, T keep) {
+  pdl_begin();
   const std::int64_t groups = (n + 3) / 4;
   for (std::int64_t j = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; j < groups;
        j += std::int64_t(blockDim.x) * gridDim.x) {
@@ -135,6 +139,7 @@ __global__ void dropout_backward_kernel(T* __restrict__ grad_in, const T* __rest
 }
 
 __global__ void store_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b) {
+  pdl_begin();
   dst[0] = a;
   dst[1] = b;
 }
@@ -144,7 +149,7 @@ int random_capturable(const Operand& out, const std::uint64_t* seed_offset, std:
                       std::int64_t low, std::int64_t high, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(out.dtype, [&]<class T>(T*) {
-    transform_capturable<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), seed_offset, extra, dist,
+    launch_pdl(transform_capturable<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data), seed_offset, extra, dist,
                                                                    low, high, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
@@ -156,7 +161,7 @@ int dropout(const Operand& out, const Operand& mask, const Operand& in, const At
   dispatch(in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       const std::int64_t groups = (in.numel + 3) / 4;
-      dropout_kernel<T><<<blocks_for(groups), 256, 0, s>>>(static_cast<T*>(out.data), static_cast<bool*>(mask.data),
+      launch_pdl(dropout_kernel<T>, blocks_for(groups), 256, 0, s, static_cast<T*>(out.data), static_cast<bool*>(mask.data),
                                                            static_cast<const T*>(in.data), in.numel, d,
                                                            narrow_to<T>(1.0 / (1.0 - d.p)));
       status = static_cast<int>(cudaGetLastError());
@@ -171,7 +176,7 @@ int dropout_backward(const Operand& grad_in, const Operand& grad_out, const Oper
   dispatch(grad_out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       const std::int64_t groups = (grad_out.numel + 3) / 4;
-      dropout_backward_kernel<T><<<blocks_for(groups), 256, 0, s>>>(
+      launch_pdl(dropout_backward_kernel<T>, blocks_for(groups), 256, 0, s,
           static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const bool*>(mask.data),
           grad_out.numel, narrow_to<T>(1.0 / (1.0 - p)));
       status = static_cast<int>(cudaGetLastError());
@@ -181,7 +186,7 @@ int dropout_backward(const Operand& grad_in, const Operand& grad_out, const Oper
 }
 
 int store_u64_pair(std::uint64_t* dst, std::uint64_t a, std::uint64_t b, void* stream) {
-  store_pair<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(dst, a, b);
+  launch_pdl(store_pair, 1, 1, 0, static_cast<cudaStream_t>(stream), dst, a, b);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -189,7 +194,7 @@ int random_transform(const Operand& out, const std::uint32_t* words, Distributio
                      std::int64_t high, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(out.dtype, [&]<class T>(T*) {
-    transform<T><<<blocks_for(out.numel), 256, 0, s>>>(static_cast<T*>(out.data), words, dist, low, high, out.numel);
+    launch_pdl(transform<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data), words, dist, low, high, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
 }

@@ -253,6 +253,7 @@ template <ReduceOp OP, class T, class O>
 __global__ void __launch_bounds__(block_threads) reduce_row(Plan p, const T* __restrict__ in, O* out,
                                                             std::int64_t* idx, accumulate_t<T>* part_v,
                                                             std::int64_t* part_i) {
+  pdl_begin();
   using A = accumulate_t<T>;
   __shared__ A warp_v[block_threads / 32];
   __shared__ std::int64_t warp_i[block_threads / 32];
@@ -314,6 +315,7 @@ template <ReduceOp OP, class T, class O>
 __global__ void __launch_bounds__(col_x * col_y) reduce_col(Plan p, const T* __restrict__ in, O* out,
                                                             std::int64_t* idx, accumulate_t<T>* part_v,
                                                             std::int64_t* part_i) {
+  pdl_begin();
   using A = accumulate_t<T>;
   __shared__ A tile_v[col_y][col_x + 1];
   __shared__ std::int64_t tile_i[col_y][col_x + 1];
@@ -352,6 +354,7 @@ __global__ void __launch_bounds__(col_x * col_y) reduce_col(Plan p, const T* __r
 // Combines the chunks' partial results, in chunk order.
 template <ReduceOp OP, class O, class A>
 __global__ void reduce_finalize(Plan p, O* out, std::int64_t* idx, const A* part_v, const std::int64_t* part_i) {
+  pdl_begin();
   for (std::int64_t o = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; o < p.n_out;
        o += std::int64_t(blockDim.x) * gridDim.x) {
     State<A> s = identity<OP, A>();
@@ -385,17 +388,17 @@ cudaError_t launch(const Plan& p, const Operand& out, const Operand& in, const O
     std::int64_t gx = ceil_div(p.n_out, col_x);
     if (gx > grid_cap) gx = grid_cap;
     dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.chunks));
-    reduce_col<OP, T, O><<<grid, dim3(col_x, col_y), 0, stream>>>(p, x, y, ix, part_v, part_i);
+    launch_pdl(reduce_col<OP, T, O>, grid, dim3(col_x, col_y), 0, stream, p, x, y, ix, part_v, part_i);
   } else {
     std::int64_t gx = ceil_div(p.n_out, block_threads / p.group);
     if (gx > grid_cap) gx = grid_cap;
     dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.chunks));
-    reduce_row<OP, T, O><<<grid, block_threads, 0, stream>>>(p, x, y, ix, part_v, part_i);
+    launch_pdl(reduce_row<OP, T, O>, grid, block_threads, 0, stream, p, x, y, ix, part_v, part_i);
   }
   if (p.chunks > 1) {
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    reduce_finalize<OP, O, A><<<blocks_for(p.n_out), 256, 0, stream>>>(p, y, ix, part_v, part_i);
+    launch_pdl(reduce_finalize<OP, O, A>, blocks_for(p.n_out), 256, 0, stream, p, y, ix, part_v, part_i);
   }
   return cudaGetLastError();
 }

@@ -81,6 +81,7 @@ template <class T, class A> __device__ __forceinline__ void store_vec(T* p, cons
 template <class T, int N>
 __global__ void __launch_bounds__(128) softmax_warp(T* __restrict__ out, const T* __restrict__ in, std::int64_t rows,
                                                     int cols, bool log) {
+  pdl_begin();
   using A = racc_t<T>;
   const int lane = threadIdx.x & 31;
   const std::int64_t warps = blockDim.x >> 5;
@@ -130,6 +131,7 @@ __global__ void __launch_bounds__(128) softmax_warp(T* __restrict__ out, const T
 template <class T, int VPT>
 __global__ void __launch_bounds__(1024) softmax_block_vec(T* __restrict__ out, const T* __restrict__ in,
                                                           std::int64_t rows, std::int64_t cols, bool log) {
+  pdl_begin();
   using A = racc_t<T>;
   constexpr int W = vec_width<T>;
   __shared__ A red[33];
@@ -181,6 +183,7 @@ __global__ void __launch_bounds__(1024) softmax_block_vec(T* __restrict__ out, c
 template <class T>
 __global__ void __launch_bounds__(1024) softmax_block_generic(T* __restrict__ out, const T* __restrict__ in,
                                                               std::int64_t rows, std::int64_t cols, bool log) {
+  pdl_begin();
   using A = racc_t<T>;
   __shared__ A red_m[32], red_s[32];
   __shared__ A row_m, row_s;
@@ -235,6 +238,7 @@ __global__ void __launch_bounds__(128) layer_norm_warp(T* __restrict__ out, racc
                                                        racc_t<T>* __restrict__ rstd_out, const T* __restrict__ in,
                                                        const T* __restrict__ w, const T* __restrict__ b,
                                                        std::int64_t rows, int cols, racc_t<T> eps) {
+  pdl_begin();
   using A = racc_t<T>;
   const int lane = threadIdx.x & 31;
   const std::int64_t warps = blockDim.x >> 5;
@@ -276,6 +280,7 @@ __global__ void __launch_bounds__(1024) layer_norm_block_vec(T* __restrict__ out
                                                              racc_t<T>* __restrict__ rstd_out, const T* __restrict__ in,
                                                              const T* __restrict__ w, const T* __restrict__ b,
                                                              std::int64_t rows, std::int64_t cols, racc_t<T> eps) {
+  pdl_begin();
   using A = racc_t<T>;
   constexpr int W = vec_width<T>;
   __shared__ A red[33];
@@ -338,6 +343,7 @@ __global__ void __launch_bounds__(1024) layer_norm_block_generic(T* __restrict__
                                                                  const T* __restrict__ in, const T* __restrict__ w,
                                                                  const T* __restrict__ b, std::int64_t rows,
                                                                  std::int64_t cols, racc_t<T> eps) {
+  pdl_begin();
   using A = racc_t<T>;
   __shared__ A red[33];
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -459,6 +465,7 @@ __global__ void __launch_bounds__(128)
                                 const T0* __restrict__ x0, const TS* __restrict__ res, const TS* __restrict__ w,
                                 const TS* __restrict__ b, std::int64_t rows, int cols, racc_t<TS> eps,
                                 AttentionDropout d, T0 keep) {
+  pdl_begin();
   using A = racc_t<TS>;
   const bool drop = d.p > 0;
   std::uint64_t seed = 0, offset = 0;
@@ -539,7 +546,7 @@ int softmax_typed(T* out, const T* in, std::int64_t rows, std::int64_t cols, boo
     const unsigned grid = grid_for((rows + rows_per_block - 1) / rows_per_block);
     const int c = static_cast<int>(cols);
     with_pow2_upto32(warp_elems(cols), [&](auto n) {
-      softmax_warp<T, decltype(n)::value><<<grid, warp_kernel_threads, 0, st>>>(out, in, rows, c, log);
+      launch_pdl(softmax_warp<T, decltype(n)::value>, grid, warp_kernel_threads, 0, st, out, in, rows, c, log);
     });
     return static_cast<int>(cudaGetLastError());
   }
@@ -547,11 +554,11 @@ int softmax_typed(T* out, const T* in, std::int64_t rows, std::int64_t cols, boo
   const BlockShape shape = block_shape<T>(cols);
   if (cols % vec_width<T> == 0 && aligned16(out) && aligned16(in) && shape.vpt > 0) {
     with_vpt<T>(shape.vpt, [&](auto vpt) {
-      softmax_block_vec<T, decltype(vpt)::value><<<grid, shape.threads, 0, st>>>(out, in, rows, cols, log);
+      launch_pdl(softmax_block_vec<T, decltype(vpt)::value>, grid, shape.threads, 0, st, out, in, rows, cols, log);
     });
     return static_cast<int>(cudaGetLastError());
   }
-  softmax_block_generic<T><<<grid, generic_threads, 0, st>>>(out, in, rows, cols, log);
+  launch_pdl(softmax_block_generic<T>, grid, generic_threads, 0, st, out, in, rows, cols, log);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -565,7 +572,7 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
     const unsigned grid = grid_for((rows + rows_per_block - 1) / rows_per_block);
     const int c = static_cast<int>(cols);
     with_pow2_upto32(warp_elems(cols), [&](auto n) {
-      layer_norm_warp<T, decltype(n)::value><<<grid, warp_kernel_threads, 0, st>>>(out, mean, rstd, in, w, b, rows, c,
+      launch_pdl(layer_norm_warp<T, decltype(n)::value>, grid, warp_kernel_threads, 0, st, out, mean, rstd, in, w, b, rows, c,
                                                                                     eps);
     });
     return static_cast<int>(cudaGetLastError());
@@ -575,12 +582,12 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
   const bool aligned = aligned16(out) && aligned16(in) && (!w || aligned16(w)) && (!b || aligned16(b));
   if (cols % vec_width<T> == 0 && aligned && shape.vpt > 0) {
     with_vpt<T>(shape.vpt, [&](auto vpt) {
-      layer_norm_block_vec<T, decltype(vpt)::value><<<grid, shape.threads, 0, st>>>(out, mean, rstd, in, w, b, rows,
+      launch_pdl(layer_norm_block_vec<T, decltype(vpt)::value>, grid, shape.threads, 0, st, out, mean, rstd, in, w, b, rows,
                                                                                      cols, eps);
     });
     return static_cast<int>(cudaGetLastError());
   }
-  layer_norm_block_generic<T><<<grid, generic_threads, 0, st>>>(out, mean, rstd, in, w, b, rows, cols, eps);
+  launch_pdl(layer_norm_block_generic<T>, grid, generic_threads, 0, st, out, mean, rstd, in, w, b, rows, cols, eps);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -605,10 +612,10 @@ int dropout_add_layer_norm_typed(T0* out, TS* sum, bool* mask, racc_t<TS>* mean,
     {
       launched = true;
       if (vec)
-        dropout_add_layer_norm_warp<T0, TS, G, true><<<grid, warp_kernel_threads, 0, st>>>(
+        launch_pdl(dropout_add_layer_norm_warp<T0, TS, G, true>, grid, warp_kernel_threads, 0, st,
             out, sum, mask, mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
       else
-        dropout_add_layer_norm_warp<T0, TS, G, false><<<grid, warp_kernel_threads, 0, st>>>(
+        launch_pdl(dropout_add_layer_norm_warp<T0, TS, G, false>, grid, warp_kernel_threads, 0, st,
             out, sum, mask, mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
     }
   });

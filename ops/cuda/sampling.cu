@@ -13,6 +13,7 @@ namespace {
 template <class T>
 __global__ void poisson_kernel(T* out, const T* rates, std::int64_t n, std::uint64_t seed, std::uint64_t offset,
                                int* flag, int code) {
+  pdl_begin();
   const std::int64_t step = std::int64_t(blockDim.x) * gridDim.x;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += step) {
     const double lambda = widen(rates[i]);
@@ -34,7 +35,7 @@ int poisson(const Operand& out, const Operand& rates, std::uint64_t seed, std::u
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>)
-      poisson_kernel<T><<<blocks_for(n, 128), 128, 0, s>>>(static_cast<T*>(out.data),
+      launch_pdl(poisson_kernel<T>, blocks_for(n, 128), 128, 0, s, static_cast<T*>(out.data),
                                                            static_cast<const T*>(rates.data), n, seed, offset,
                                                            error_flag, error_code);
   });

@@ -53,15 +53,18 @@ struct MaxIndex {
 };
 
 template <class T, class A> __global__ void widen_kernel(A* out, const T* in, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(blockDim.x) * gridDim.x)
     out[i] = load_acc(in[i]);
 }
 template <class T, class A> __global__ void narrow_kernel(T* out, const A* in, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n; i += std::int64_t(blockDim.x) * gridDim.x)
     out[i] = narrow_to<T>(in[i]);
 }
 template <class T, class A>
 __global__ void extreme_flags(std::int64_t* flags, const T* x, const A* y, std::int64_t total, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(blockDim.x) * gridDim.x)
     flags[i] = sm::is_running_extreme(load_acc(x[i]), y[i]) ? i % n : -1;
 }
@@ -122,6 +125,7 @@ template <ScanOp OP, class T>
 __global__ void __launch_bounds__(chunk_threads)
     chunk_total_kernel(accumulate_t<T>* __restrict__ totals, const T* __restrict__ x, std::int64_t n, std::int64_t parts,
                        std::int64_t chunk) {
+  pdl_begin();
   using A = accumulate_t<T>;
   using Reduce = cub::BlockReduce<A, chunk_threads>;
   __shared__ typename Reduce::TempStorage tmp;
@@ -149,6 +153,7 @@ template <ScanOp OP, class T>
 __global__ void __launch_bounds__(chunk_threads)
     chunk_scan_kernel(T* __restrict__ out, const T* __restrict__ x, const accumulate_t<T>* __restrict__ totals,
                       std::int64_t n, std::int64_t parts, std::int64_t chunk) {
+  pdl_begin();
   using A = accumulate_t<T>;
   constexpr int items = chunk_items<A>;
   constexpr std::int64_t tile = std::int64_t(chunk_threads) * items;
@@ -208,8 +213,8 @@ template <ScanOp OP, class T> cudaError_t chunked_scan(T* out, const T* x, std::
   const ChunkPlan<A> p(total, n);
   auto* totals = static_cast<A*>(workspace);
   const auto blocks = static_cast<unsigned>(p.rows * p.parts);
-  if (p.parts > 1) chunk_total_kernel<OP, T><<<blocks, chunk_threads, 0, s>>>(totals, x, n, p.parts, p.chunk);
-  chunk_scan_kernel<OP, T><<<blocks, chunk_threads, 0, s>>>(out, x, totals, n, p.parts, p.chunk);
+  if (p.parts > 1) launch_pdl(chunk_total_kernel<OP, T>, blocks, chunk_threads, 0, s, totals, x, n, p.parts, p.chunk);
+  launch_pdl(chunk_scan_kernel<OP, T>, blocks, chunk_threads, 0, s, out, x, totals, n, p.parts, p.chunk);
   return cudaGetLastError();
 }
 
@@ -253,7 +258,7 @@ int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indice
     const T* x = static_cast<const T*>(in.data);
     const A* values_in = reinterpret_cast<const A*>(in.data);
     if constexpr (Plan::widened) {
-      widen_kernel<T, A><<<blocks_for(total), 256, 0, s>>>(buffer, x, total);
+      launch_pdl(widen_kernel<T, A>, blocks_for(total), 256, 0, s, buffer, x, total);
       values_in = buffer;
     }
     auto keys = thrust::make_transform_iterator(thrust::counting_iterator<std::int64_t>(0), RowOf{n});
@@ -261,13 +266,13 @@ int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indice
                                               ::cuda::std::equal_to<>{}, s);
     if (err != cudaSuccess) return;
     if (indices) {
-      extreme_flags<T, A><<<blocks_for(total), 256, 0, s>>>(flags, x, buffer, total, n);
+      launch_pdl(extreme_flags<T, A>, blocks_for(total), 256, 0, s, flags, x, buffer, total, n);
       temp_bytes = plan.cub_bytes();
       err = cub::DeviceScan::InclusiveScanByKey(temp, temp_bytes, keys, flags, static_cast<std::int64_t*>(indices->data),
                                                 MaxIndex{}, total, ::cuda::std::equal_to<>{}, s);
       if (err != cudaSuccess) return;
     }
-    if constexpr (Plan::widened) narrow_kernel<T, A><<<blocks_for(total), 256, 0, s>>>(static_cast<T*>(out.data), buffer, total);
+    if constexpr (Plan::widened) launch_pdl(narrow_kernel<T, A>, blocks_for(total), 256, 0, s, static_cast<T*>(out.data), buffer, total);
     err = cudaGetLastError();
   });
   (void)bytes;
@@ -280,6 +285,7 @@ namespace {
 
 template <class T>
 __global__ void make_keys(sm::sort_key_t<T>* keys, std::int64_t* positions, const T* x, std::int64_t total, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(blockDim.x) * gridDim.x) {
     keys[i] = sm::sort_key_of(x[i]);
     positions[i] = i % n;
@@ -288,6 +294,7 @@ __global__ void make_keys(sm::sort_key_t<T>* keys, std::int64_t* positions, cons
 
 template <class T>
 __global__ void gather_sorted(T* values, const std::int64_t* positions, const T* x, std::int64_t total, std::int64_t n) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(blockDim.x) * gridDim.x)
     values[i] = x[(i / n) * n + positions[i]];
 }
@@ -342,7 +349,7 @@ int sort(const Operand& values, const Operand& indices, const Operand& in, bool 
     std::size_t temp_bytes = plan.cub_bytes(descending);
     auto* out_idx = static_cast<std::int64_t*>(indices.data);
     const T* x = static_cast<const T*>(in.data);
-    make_keys<T><<<blocks_for(plan.total), 256, 0, s>>>(keys_in, positions, x, plan.total, plan.n);
+    launch_pdl(make_keys<T>, blocks_for(plan.total), 256, 0, s, keys_in, positions, x, plan.total, plan.n);
     auto starts = thrust::make_transform_iterator(thrust::counting_iterator<std::int64_t>(0), RowStart{plan.n});
     if (plan.rows() <= 1) {
       err = descending ? cub::DeviceRadixSort::SortPairsDescending(temp, temp_bytes, keys_in, keys_out, positions, out_idx,
@@ -357,7 +364,7 @@ int sort(const Operand& values, const Operand& indices, const Operand& in, bool 
                                                       plan.rows(), starts, starts + 1, s);
     }
     if (err != cudaSuccess) return;
-    gather_sorted<T><<<blocks_for(plan.total), 256, 0, s>>>(static_cast<T*>(values.data), out_idx, x, plan.total, plan.n);
+    launch_pdl(gather_sorted<T>, blocks_for(plan.total), 256, 0, s, static_cast<T*>(values.data), out_idx, x, plan.total, plan.n);
     err = cudaGetLastError();
   });
   (void)bytes;
@@ -370,6 +377,7 @@ namespace {
 template <class T>
 __global__ void searchsorted_kernel(std::int64_t* out, const T* sorted, const T* values, std::int64_t vrows,
                                     std::int64_t m, std::int64_t n, bool broadcast, bool right) {
+  pdl_begin();
   const std::int64_t total = vrows * m;
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < total; i += std::int64_t(blockDim.x) * gridDim.x) {
     const T* row = sorted + (broadcast ? 0 : i / m) * n;
@@ -393,7 +401,7 @@ int searchsorted(const Operand& out, const Operand& sorted, const Operand& value
   const std::int64_t srows = sorted.ndim >= 2 ? (n == 0 ? sorted.sizes[0] : sorted.numel / n) : 1;
   if (vrows * m == 0) return 0;
   dispatch(sorted.dtype, [&]<class T>(T*) {
-    searchsorted_kernel<T><<<blocks_for(vrows * m), 256, 0, s>>>(static_cast<std::int64_t*>(out.data),
+    launch_pdl(searchsorted_kernel<T>, blocks_for(vrows * m), 256, 0, s, static_cast<std::int64_t*>(out.data),
                                                                  static_cast<const T*>(sorted.data),
                                                                  static_cast<const T*>(values.data), vrows, m, n,
                                                                  srows == 1, right);

@@ -147,6 +147,7 @@ template <class T>
 __global__ void __launch_bounds__(threads)
     topk_rows_kernel(T* __restrict__ values, std::int64_t* __restrict__ indices, const T* __restrict__ x, std::int64_t n,
                      std::int64_t k, bool largest) {
+  pdl_begin();
   using U = key_t<T>;
   using Scan = cub::BlockScan<unsigned, threads>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -250,6 +251,7 @@ template <class T> struct PassesLayout {
 template <class U>
 __global__ void select_init_kernel(SelectState<U>* state, unsigned long long* hist, unsigned* taken, std::int64_t rows,
                                    std::int64_t k) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * buckets;
        i += std::int64_t(blockDim.x) * gridDim.x) {
     hist[i] = 0;
@@ -265,6 +267,7 @@ __global__ void __launch_bounds__(threads)
     select_hist_kernel(const SelectState<key_t<T>>* __restrict__ state, unsigned long long* __restrict__ hist,
                        const T* __restrict__ x, std::int64_t n, std::int64_t parts, std::int64_t chunk, int shift,
                        bool largest) {
+  pdl_begin();
   using U = key_t<T>;
   const std::int64_t row = blockIdx.x / parts, part = blockIdx.x - row * parts;
   const SelectState<U> s = state[row];
@@ -284,6 +287,7 @@ __global__ void __launch_bounds__(threads)
 template <class U>
 __global__ void __launch_bounds__(threads)
     select_choose_kernel(SelectState<U>* __restrict__ state, unsigned long long* __restrict__ hist, int shift) {
+  pdl_begin();
   using Scan = cub::BlockScan<unsigned long long, threads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ Choice choice;
@@ -310,6 +314,7 @@ template <class T>
 __global__ void __launch_bounds__(threads)
     tie_count_kernel(const SelectState<key_t<T>>* __restrict__ state, std::int64_t* __restrict__ tie_base,
                      const T* __restrict__ x, std::int64_t n, std::int64_t parts, std::int64_t chunk, bool largest) {
+  pdl_begin();
   using U = key_t<T>;
   using Reduce = cub::BlockReduce<std::int64_t, threads>;
   __shared__ typename Reduce::TempStorage tmp;
@@ -329,6 +334,7 @@ __global__ void __launch_bounds__(threads)
 template <class U>
 __global__ void __launch_bounds__(threads)
     tie_scan_kernel(const SelectState<U>* __restrict__ state, std::int64_t* __restrict__ tie_base, std::int64_t parts) {
+  pdl_begin();
   using Scan = cub::BlockScan<std::int64_t, threads>;
   __shared__ typename Scan::TempStorage tmp;
   const std::int64_t row = blockIdx.x;
@@ -351,6 +357,7 @@ __global__ void __launch_bounds__(threads)
                           unsigned* __restrict__ taken, key_t<T>* __restrict__ win_key, std::int64_t* __restrict__ win_pos,
                           const T* __restrict__ x, std::int64_t n, std::int64_t k, std::int64_t parts, std::int64_t chunk,
                           bool largest) {
+  pdl_begin();
   using U = key_t<T>;
   const std::int64_t row = blockIdx.x / parts, part = blockIdx.x - row * parts;
   const SelectState<U> s = state[row];
@@ -379,6 +386,7 @@ __global__ void __launch_bounds__(threads)
     place_kernel(T* __restrict__ values, std::int64_t* __restrict__ indices, const key_t<T>* __restrict__ win_key,
                  const std::int64_t* __restrict__ win_pos, const T* __restrict__ x, std::int64_t n, std::int64_t k,
                  std::int64_t k_parts) {
+  pdl_begin();
   using U = key_t<T>;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* pos = reinterpret_cast<std::int64_t*>(smem);
@@ -399,6 +407,7 @@ template <class T>
 __global__ void take_columns_kernel(T* __restrict__ values, std::int64_t* __restrict__ indices, const T* __restrict__ sorted,
                                     const std::int64_t* __restrict__ order, std::int64_t rows, std::int64_t n,
                                     std::int64_t k) {
+  pdl_begin();
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < rows * k;
        i += std::int64_t(blockDim.x) * gridDim.x) {
     const std::int64_t r = i / k, j = i - r * k;
@@ -485,30 +494,30 @@ int topk(const Operand& values, const Operand& indices, const Operand& in, std::
           err = static_cast<cudaError_t>(e);
           return;
         }
-        take_columns_kernel<T><<<blocks_for(p.rows * k), 256, 0, s>>>(
+        launch_pdl(take_columns_kernel<T>, blocks_for(p.rows * k), 256, 0, s,
             out_v, out_i, static_cast<const T*>(sorted.data), static_cast<const std::int64_t*>(order.data), p.rows, p.n,
             k);
         break;
       }
       case TopkPath::rows:
-        topk_rows_kernel<T><<<static_cast<unsigned>(p.rows), threads, rows_smem_bytes<T>(p.n, k), s>>>(out_v, out_i, x,
+        launch_pdl(topk_rows_kernel<T>, static_cast<unsigned>(p.rows), threads, rows_smem_bytes<T>(p.n, k), s, out_v, out_i, x,
                                                                                                       p.n, k, largest);
         break;
       case TopkPath::passes: {
         const PassesLayout<T> l{p.rows, p.n, p.k, p.parts, p.chunk};
         const auto w = l.parts_of(workspace);
         const auto grid = static_cast<unsigned>(p.rows * p.parts);
-        select_init_kernel<U><<<blocks_for(p.rows * buckets), 256, 0, s>>>(w.state, w.hist, w.taken, p.rows, k);
+        launch_pdl(select_init_kernel<U>, blocks_for(p.rows * buckets), 256, 0, s, w.state, w.hist, w.taken, p.rows, k);
         for (int shift = static_cast<int>(sizeof(U)) * 8 - digit_bits; shift >= 0; shift -= digit_bits) {
-          select_hist_kernel<T><<<grid, threads, 0, s>>>(w.state, w.hist, x, p.n, p.parts, p.chunk, shift, largest);
-          select_choose_kernel<U><<<static_cast<unsigned>(p.rows), threads, 0, s>>>(w.state, w.hist, shift);
+          launch_pdl(select_hist_kernel<T>, grid, threads, 0, s, w.state, w.hist, x, p.n, p.parts, p.chunk, shift, largest);
+          launch_pdl(select_choose_kernel<U>, static_cast<unsigned>(p.rows), threads, 0, s, w.state, w.hist, shift);
         }
-        tie_count_kernel<T><<<grid, threads, 0, s>>>(w.state, w.tie_base, x, p.n, p.parts, p.chunk, largest);
-        tie_scan_kernel<U><<<static_cast<unsigned>(p.rows), threads, 0, s>>>(w.state, w.tie_base, p.parts);
-        gather_winners_kernel<T><<<grid, threads, 0, s>>>(w.state, w.tie_base, w.taken, w.win_key, w.win_pos, x, p.n, k,
+        launch_pdl(tie_count_kernel<T>, grid, threads, 0, s, w.state, w.tie_base, x, p.n, p.parts, p.chunk, largest);
+        launch_pdl(tie_scan_kernel<U>, static_cast<unsigned>(p.rows), threads, 0, s, w.state, w.tie_base, p.parts);
+        launch_pdl(gather_winners_kernel<T>, grid, threads, 0, s, w.state, w.tie_base, w.taken, w.win_key, w.win_pos, x, p.n, k,
                                                           p.parts, p.chunk, largest);
         const std::int64_t k_parts = ceil_div(k, threads);
-        place_kernel<T><<<static_cast<unsigned>(p.rows * k_parts), threads, smem_size((sizeof(std::int64_t) + sizeof(U)) * k), s>>>(
+        launch_pdl(place_kernel<T>, static_cast<unsigned>(p.rows * k_parts), threads, smem_size((sizeof(std::int64_t) + sizeof(U)) * k), s,
             out_v, out_i, w.win_key, w.win_pos, x, p.n, k, k_parts);
         break;
       }
