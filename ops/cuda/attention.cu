@@ -428,8 +428,8 @@ int attention_forward(const Operand& out, const Operand& lse, const Operand& q, 
     if (!fits(q, k, g)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const unsigned blocks = static_cast<unsigned>(q.sizes[0] * q.sizes[1] * g.tiles);
     auto* kernel = dropout.p > 0 ? attention_forward_kernel<T, DMAX, true> : attention_forward_kernel<T, DMAX, false>;
-    launch_pdl(kernel, blocks, kThreads, 0, s, bhtd<T>(out), static_cast<A*>(lse.data), bhtd<const T>(q), bhtd<const T>(k),
-                                       bhtd<const T>(v), g, static_cast<A>(scale), causal, dropout_args(dropout));
+    launch_pdl(kernel, blocks, kThreads, 0, s, bhtd<T>(out), static_cast<A*>(lse.data), bhtd<const T>(q),
+               bhtd<const T>(k), bhtd<const T>(v), g, static_cast<A>(scale), causal, dropout_args(dropout));
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -457,20 +457,20 @@ int attention_backward(const Operand& dq, const Operand& dk, const Operand& dv, 
     if (!fits(q, k, gq) || !fits(q, k, gk)) return static_cast<int>(cudaErrorInvalidConfiguration);
     const std::int64_t nrows = q.sizes[0] * q.sizes[1] * q.sizes[2];
     launch_pdl(attention_delta_kernel<T>, blocks_for(nrows * 32, 256), 256, 0, s, delta, bhtd<const T>(dout),
-                                                                          bhtd<const T>(out), gq, nrows);
+               bhtd<const T>(out), gq, nrows);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
     const auto bh = q.sizes[0] * q.sizes[1];
     const bool drop = dropout.p > 0;
     const DropoutArgs args = dropout_args(dropout);
     auto* dq_kernel = drop ? attention_dq_kernel<T, DMAX, true> : attention_dq_kernel<T, DMAX, false>;
-    launch_pdl(dq_kernel, static_cast<unsigned>(bh * gq.tiles), kThreads, 0, s,
-        bhtd<T>(dq), bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p, delta, gq,
-        static_cast<A>(scale), causal, args);
+    launch_pdl(dq_kernel, static_cast<unsigned>(bh * gq.tiles), kThreads, 0, s, bhtd<T>(dq), bhtd<const T>(dout),
+               bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p, delta, gq, static_cast<A>(scale), causal,
+               args);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
     auto* dkdv_kernel = drop ? attention_dkdv_kernel<T, DMAX, true> : attention_dkdv_kernel<T, DMAX, false>;
-    launch_pdl(dkdv_kernel, static_cast<unsigned>(bh * gk.tiles), kThreads, 0, s,
-        bhtd<T>(dk), bhtd<T>(dv), bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p,
-        delta, gk, static_cast<A>(scale), causal, args);
+    launch_pdl(dkdv_kernel, static_cast<unsigned>(bh * gk.tiles), kThreads, 0, s, bhtd<T>(dk), bhtd<T>(dv),
+               bhtd<const T>(dout), bhtd<const T>(q), bhtd<const T>(k), bhtd<const T>(v), lse_p, delta, gk,
+               static_cast<A>(scale), causal, args);
     return static_cast<int>(cudaGetLastError());
   });
 }

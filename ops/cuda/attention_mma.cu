@@ -1111,8 +1111,8 @@ int attention_forward_mma(const Operand& out, const Operand& lse, const Operand&
     }
     const auto blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
     launch_pdl(kernel, blocks, kThreads, smem, stream, heads<T>(out), static_cast<float*>(lse.data), heads<const T>(q),
-                                               heads<const T>(k), heads<const T>(v), g,
-                                               static_cast<float>(scale * 1.4426950408889634), causal, drop, vec);
+               heads<const T>(k), heads<const T>(v), g, static_cast<float>(scale * 1.4426950408889634), causal, drop,
+               vec);
     return static_cast<int>(cudaGetLastError());
   });
 }
@@ -1158,14 +1158,14 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
         constexpr int kLanes = DMAX / kVec<T>;
         const std::int64_t threads = static_cast<std::int64_t>(g.bh) * g.q_len * kLanes;
         if ((threads + 255) / 256 > INT32_MAX) return static_cast<int>(cudaErrorInvalidConfiguration);
-        launch_pdl(mma_delta_kernel<DMAX>, static_cast<unsigned>((threads + 255) / 256), 256, 0, stream,
-            delta, acc, heads<const T>(dout), heads<const T>(out), g, vectorizable(dout) && vectorizable(out));
+        launch_pdl(mma_delta_kernel<DMAX>, static_cast<unsigned>((threads + 255) / 256), 256, 0, stream, delta, acc,
+                   heads<const T>(dout), heads<const T>(out), g, vectorizable(dout) && vectorizable(out));
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
         auto* kernel = drop ? mma_dkdv_kernel<T, DMAX, true, true> : mma_dkdv_kernel<T, DMAX, false, true>;
         if (cudaError_t e = allow_smem(kernel, kv_smem); e != cudaSuccess) return static_cast<int>(e);
         launch_pdl(kernel, kv_blocks, kThreads, kv_smem, stream, heads<T>(dk), heads<T>(dv), heads<const T>(dout),
-                                                         heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p,
-                                                         delta, g, s, s2, causal, args, vec, acc, pairs);
+                   heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p, delta, g, s, s2, causal, args, vec,
+                   acc, pairs);
         return static_cast<int>(cudaGetLastError());
       }
     }
@@ -1174,16 +1174,16 @@ int attention_backward_mma(const Operand& dq, const Operand& dk, const Operand& 
     auto* dq_kernel = drop ? mma_dq_kernel<T, DMAX, true> : mma_dq_kernel<T, DMAX, false>;
     if (cudaError_t e = allow_smem(dq_kernel, dq_smem); e != cudaSuccess) return static_cast<int>(e);
     const auto dq_blocks = static_cast<unsigned>(static_cast<std::int64_t>(g.bh) * ((g.q_len + kBlock - 1) / kBlock));
-    launch_pdl(dq_kernel, dq_blocks, kThreads, dq_smem, stream, heads<T>(dq), delta, heads<const T>(dout), heads<const T>(q),
-                                                        heads<const T>(k), heads<const T>(v), heads<const T>(out),
-                                                        lse_p, g, s, s2, causal, args, vec);
+    launch_pdl(dq_kernel, dq_blocks, kThreads, dq_smem, stream, heads<T>(dq), delta, heads<const T>(dout),
+               heads<const T>(q), heads<const T>(k), heads<const T>(v), heads<const T>(out), lse_p, g, s, s2, causal,
+               args, vec);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return static_cast<int>(e);
 
     auto* kv_kernel = drop ? mma_dkdv_kernel<T, DMAX, true, false> : mma_dkdv_kernel<T, DMAX, false, false>;
     if (cudaError_t e = allow_smem(kv_kernel, kv_smem); e != cudaSuccess) return static_cast<int>(e);
     launch_pdl(kv_kernel, kv_blocks, kThreads, kv_smem, stream, heads<T>(dk), heads<T>(dv), heads<const T>(dout),
-                                                        heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p,
-                                                        delta, g, s, s2, causal, args, vec, Heads<float>{}, false);
+               heads<const T>(q), heads<const T>(k), heads<const T>(v), lse_p, delta, g, s, s2, causal, args, vec,
+               Heads<float>{}, false);
     return static_cast<int>(cudaGetLastError());
   });
 }

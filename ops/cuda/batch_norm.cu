@@ -360,11 +360,11 @@ int batch_norm_stats(void* mean, void* invstd, const void* in, DType dtype, std:
   bool ok = floating(dtype, [&]<class T>(T*) {
     using A = racc_t<T>;
     auto* part = static_cast<Moments<A>*>(workspace);
-    launch_pdl(stats_partial_kernel<T>, static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s,
-        part, static_cast<const T*>(in), c, m, n * m, sp.splits, sp.per_split);
-    launch_pdl(stats_finish_kernel<A>, static_cast<unsigned>((c + 127) / 128), 128, 0, s,
-        static_cast<A*>(mean), static_cast<A*>(invstd), part, c, sp.splits, static_cast<A>(eps),
-        static_cast<A*>(running_mean), static_cast<A*>(running_var), static_cast<A>(momentum));
+    launch_pdl(stats_partial_kernel<T>, static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s, part,
+               static_cast<const T*>(in), c, m, n * m, sp.splits, sp.per_split);
+    launch_pdl(stats_finish_kernel<A>, static_cast<unsigned>((c + 127) / 128), 128, 0, s, static_cast<A*>(mean),
+               static_cast<A*>(invstd), part, c, sp.splits, static_cast<A>(eps), static_cast<A*>(running_mean),
+               static_cast<A*>(running_var), static_cast<A>(momentum));
   });
   return status(ok);
 }
@@ -382,11 +382,11 @@ int batch_norm_backward_reduce(void* sum_dy, void* sum_dy_xmu, const void* grad,
     }
     const Split sp = split_for(n, c, m);
     auto* part = static_cast<A*>(workspace);
-    launch_pdl(backward_partial_kernel<T>, static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s,
-        part, static_cast<const T*>(grad), static_cast<const T*>(in), static_cast<const A*>(mean), c, m, n * m,
-        sp.splits, sp.per_split);
-    launch_pdl(backward_finish_kernel<A>, static_cast<unsigned>((c + 127) / 128), 128, 0, s,
-        static_cast<A*>(sum_dy), static_cast<A*>(sum_dy_xmu), part, c, sp.splits);
+    launch_pdl(backward_partial_kernel<T>, static_cast<unsigned>(c * sp.splits), reduce_threads, 0, s, part,
+               static_cast<const T*>(grad), static_cast<const T*>(in), static_cast<const A*>(mean), c, m, n * m,
+               sp.splits, sp.per_split);
+    launch_pdl(backward_finish_kernel<A>, static_cast<unsigned>((c + 127) / 128), 128, 0, s, static_cast<A*>(sum_dy),
+               static_cast<A*>(sum_dy_xmu), part, c, sp.splits);
   });
   return status(ok);
 }
@@ -399,17 +399,18 @@ int batch_norm_elemt(void* out, const void* in, const void* mean, const void* in
   bool ok = floating(dtype, [&]<class T>(T*) {
     using A = racc_t<T>;
     if (chunks > 0) {
-      launch_pdl(elemt_planes_kernel<T>, static_cast<unsigned>(n * c * chunks), elemt_threads, 0, static_cast<cudaStream_t>(stream),
-          static_cast<T*>(out), static_cast<const T*>(in), static_cast<const A*>(mean), static_cast<const A*>(invstd),
-          static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<std::uint32_t>(c),
-          static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(chunks));
+      launch_pdl(elemt_planes_kernel<T>, static_cast<unsigned>(n * c * chunks), elemt_threads, 0,
+                 static_cast<cudaStream_t>(stream), static_cast<T*>(out), static_cast<const T*>(in),
+                 static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(weight),
+                 static_cast<const T*>(bias), static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(m),
+                 static_cast<std::uint32_t>(chunks));
       return;
     }
     auto launch = [&]<class I>(I) {
-      launch_pdl(elemt_kernel<T, I>, blocks_for(total, elemt_threads), elemt_threads, 0, static_cast<cudaStream_t>(stream),
-          static_cast<T*>(out), static_cast<const T*>(in), static_cast<const A*>(mean), static_cast<const A*>(invstd),
-          static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<I>(total), static_cast<I>(c),
-          static_cast<I>(m));
+      launch_pdl(elemt_kernel<T, I>, blocks_for(total, elemt_threads), elemt_threads, 0,
+                 static_cast<cudaStream_t>(stream), static_cast<T*>(out), static_cast<const T*>(in),
+                 static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(weight),
+                 static_cast<const T*>(bias), static_cast<I>(total), static_cast<I>(c), static_cast<I>(m));
     };
     if (total < (std::int64_t(1) << 31)) launch(std::uint32_t{});  // i + stride cannot wrap
     else launch(std::int64_t{});
@@ -427,19 +428,20 @@ int batch_norm_backward_elemt(void* grad_in, const void* grad, const void* in, c
     using A = racc_t<T>;
     const A inv_count = static_cast<A>(1.0 / static_cast<double>(n * m));
     if (chunks > 0) {
-      launch_pdl(backward_elemt_planes_kernel<T>, static_cast<unsigned>(n * c * chunks), elemt_threads, 0, static_cast<cudaStream_t>(stream),
-              static_cast<T*>(grad_in), static_cast<const T*>(grad), static_cast<const T*>(in),
-              static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(weight),
-              static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), static_cast<std::uint32_t>(c),
-              static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(chunks), inv_count);
+      launch_pdl(backward_elemt_planes_kernel<T>, static_cast<unsigned>(n * c * chunks), elemt_threads, 0,
+                 static_cast<cudaStream_t>(stream), static_cast<T*>(grad_in), static_cast<const T*>(grad),
+                 static_cast<const T*>(in), static_cast<const A*>(mean), static_cast<const A*>(invstd),
+                 static_cast<const T*>(weight), static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu),
+                 static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(chunks),
+                 inv_count);
       return;
     }
     auto launch = [&]<class I>(I) {
-      launch_pdl(backward_elemt_kernel<T, I>, blocks_for(total, elemt_threads), elemt_threads, 0, static_cast<cudaStream_t>(stream),
-              static_cast<T*>(grad_in), static_cast<const T*>(grad), static_cast<const T*>(in),
-              static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(weight),
-              static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu), static_cast<I>(total),
-              static_cast<I>(c), static_cast<I>(m), inv_count);
+      launch_pdl(backward_elemt_kernel<T, I>, blocks_for(total, elemt_threads), elemt_threads, 0,
+                 static_cast<cudaStream_t>(stream), static_cast<T*>(grad_in), static_cast<const T*>(grad),
+                 static_cast<const T*>(in), static_cast<const A*>(mean), static_cast<const A*>(invstd),
+                 static_cast<const T*>(weight), static_cast<const A*>(sum_dy), static_cast<const A*>(sum_dy_xmu),
+                 static_cast<I>(total), static_cast<I>(c), static_cast<I>(m), inv_count);
     };
     if (total < (std::int64_t(1) << 31)) launch(std::uint32_t{});  // i + stride cannot wrap
     else launch(std::int64_t{});

@@ -175,11 +175,11 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
       const auto aligned = [](const void* p, std::size_t b) { return reinterpret_cast<std::uintptr_t>(p) % b == 0; };
       if (contiguous && V > 1 && dst.numel % V == 0 && aligned(dst.data, V * sizeof(D)) &&
           aligned(src.data, V * sizeof(S)))
-        launch_pdl(copy_contiguous_vec<D, S, V>, blocks_for(dst.numel / V), 256, 0, st,
-            static_cast<D*>(dst.data), static_cast<const S*>(src.data), dst.numel);
+        launch_pdl(copy_contiguous_vec<D, S, V>, blocks_for(dst.numel / V), 256, 0, st, static_cast<D*>(dst.data),
+                   static_cast<const S*>(src.data), dst.numel);
       else if (contiguous)
         launch_pdl(copy_contiguous<D, S>, blocks_for(dst.numel), 256, 0, st, static_cast<D*>(dst.data),
-                                                                      static_cast<const S*>(src.data), dst.numel);
+                   static_cast<const S*>(src.data), dst.numel);
       else if (rows && dst.ndim == 2)
         launch_rows<D, S>(dst, src, dst.sizes[0], dst.sizes[1], dst.strides[0], src.strides[0], st);
       else if (rows)
@@ -188,9 +188,9 @@ int copy(const Operand& dst_in, const Operand& src_in, void* stream) {
         const std::int64_t r = dst.sizes[nd - 2], c = dst.sizes[nd - 1], batch = nd == 3 ? dst.sizes[0] : 1;
         const dim3 grid(static_cast<unsigned>((c + 31) / 32), static_cast<unsigned>((r + 31) / 32),
                         static_cast<unsigned>(batch));
-        launch_pdl(copy_transpose<D, S>, grid, dim3(32, 8), 0, st,
-            static_cast<D*>(dst.data), static_cast<const S*>(src.data), static_cast<int>(r), static_cast<int>(c),
-            dst.strides[nd - 2], nd == 3 ? dst.strides[0] : 0, src.strides[nd - 1], nd == 3 ? src.strides[0] : 0);
+        launch_pdl(copy_transpose<D, S>, grid, dim3(32, 8), 0, st, static_cast<D*>(dst.data),
+                   static_cast<const S*>(src.data), static_cast<int>(r), static_cast<int>(c), dst.strides[nd - 2],
+                   nd == 3 ? dst.strides[0] : 0, src.strides[nd - 1], nd == 3 ? src.strides[0] : 0);
       }
       else
         launch_pdl(copy_strided<D, S>, blocks_for(dst.numel), 256, 0, st, dst, src);

@@ -122,11 +122,11 @@ int cross_entropy_forward(void* out, void* lse, const void* logits, DType dtype,
     if (cols <= 1024) {  // a warp per row, 4 rows per block
       const std::int64_t blocks = std::min<std::int64_t>((rows + 3) / 4, 65535);
       launch_pdl(ce_forward<T, I, true>, blocks, 128, 0, st, o, l, x, target, rows, cols, ignore_index, eps, error_flag,
-                                                     error_code);
+                 error_code);
     } else {  // a block per row
       const std::int64_t blocks = std::min<std::int64_t>(rows, 65535);
-      launch_pdl(ce_forward<T, I, false>, blocks, 256, 0, st, o, l, x, target, rows, cols, ignore_index, eps, error_flag,
-                                                      error_code);
+      launch_pdl(ce_forward<T, I, false>, blocks, 256, 0, st, o, l, x, target, rows, cols, ignore_index, eps,
+                 error_flag, error_code);
     }
   });
   return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
@@ -142,10 +142,9 @@ int cross_entropy_backward(void* grad_logits, const void* logits, const void* ls
     using T = decltype(tag);
     using I = decltype(itag);
     using A = racc_t<T>;
-    launch_pdl(ce_backward<T, I>, blocks_for(rows * cols), 256, 0, st,
-        static_cast<T*>(grad_logits), static_cast<const T*>(logits), static_cast<const A*>(lse), target,
-        static_cast<const A*>(grad), per_row, static_cast<const A*>(count), rows, cols, ignore_index,
-        static_cast<A>(label_smoothing));
+    launch_pdl(ce_backward<T, I>, blocks_for(rows * cols), 256, 0, st, static_cast<T*>(grad_logits),
+               static_cast<const T*>(logits), static_cast<const A*>(lse), target, static_cast<const A*>(grad), per_row,
+               static_cast<const A*>(count), rows, cols, ignore_index, static_cast<A>(label_smoothing));
   });
   return ok ? static_cast<int>(cudaGetLastError()) : static_cast<int>(cudaErrorInvalidValue);
 }

@@ -214,7 +214,7 @@ template <class O, class I, class F> void launch1(Operand out, Operand in, F f, 
     constexpr int V = vec_width<I, O>();
     std::int64_t threads_needed = (out.numel + V - 1) / V;
     launch_pdl(map1_vec<F, O, I, V>, blocks_for(threads_needed), 256, 0, s, static_cast<O*>(out.data),
-                                                                  static_cast<const I*>(in.data), out.numel, f);
+               static_cast<const I*>(in.data), out.numel, f);
   } else {
     launch_pdl(map1_strided<F, O, I>, blocks_for(out.numel), 256, 0, s, out, in, f);
   }
@@ -228,8 +228,8 @@ void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
   constexpr int V = vec_width<Wide, O>();  // a pack of each operand is at most 16 bytes
   if (vectorizable(ops)) {
     std::int64_t threads_needed = (out.numel + V - 1) / V;
-    launch_pdl(map2_vec<F, O, IA, IB, V>, blocks_for(threads_needed), 256, 0, s,
-        static_cast<O*>(out.data), static_cast<const IA*>(a.data), static_cast<const IB*>(b.data), out.numel, f);
+    launch_pdl(map2_vec<F, O, IA, IB, V>, blocks_for(threads_needed), 256, 0, s, static_cast<O*>(out.data),
+               static_cast<const IA*>(a.data), static_cast<const IB*>(b.data), out.numel, f);
   } else if (const std::int64_t inner = rows_inner(ops); inner > 0) {
     const std::int64_t rows = out.numel / inner;
     // Packed accesses when every row starts aligned to its pack in each operand it is read from
@@ -253,8 +253,8 @@ void launch2(Operand out, Operand a, Operand b, F f, cudaStream_t s) {
     const std::int64_t seg = ((inner + segs - 1) / segs + V - 1) / V * V;
     segs = (inner + seg - 1) / seg;
     const std::int64_t blocks = rows * segs, grid = blocks < 65535 ? blocks : 65535;
-    launch_pdl(map2_rows<F, O, IA, IB, V>, static_cast<unsigned>(grid), threads, 0, s, out, a, b, rows, inner, seg, segs,
-                                                                               packed, f);
+    launch_pdl(map2_rows<F, O, IA, IB, V>, static_cast<unsigned>(grid), threads, 0, s, out, a, b, rows, inner, seg,
+               segs, packed, f);
   } else {
     launch_pdl(map2_strided<F, O, IA, IB>, blocks_for(out.numel), 256, 0, s, out, a, b, f);
   }
@@ -341,7 +341,8 @@ int where(const Operand& out, const Operand& cond, const Operand& a, const Opera
   Operand o = out, c = cond, pa = a, pb = b;
   Operand* ops[4] = {&o, &c, &pa, &pb};
   coalesce(ops);
-  dispatch(out.dtype, [&]<class T>(T*) { launch_pdl(where_strided<T>, blocks_for(o.numel), 256, 0, st, o, c, pa, pb); });
+  dispatch(out.dtype,
+           [&]<class T>(T*) { launch_pdl(where_strided<T>, blocks_for(o.numel), 256, 0, st, o, c, pa, pb); });
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -161,7 +161,7 @@ int col2im(const Operand& out, const Operand& col, const Window2d& g, void* stre
   const std::int64_t ostep_h = g.dh * step_h / g.sh, ostep_w = g.dw * step_w / g.sw;
   dispatch(out.dtype, [&]<class T>(T*) {
     launch_pdl(col2im_kernel<T>, grid.blocks, threads, 0, s, static_cast<T*>(out.data), col, g, grid.per_block, step_h,
-                                                     ostep_h, step_w, ostep_w);
+               ostep_h, step_w, ostep_w);
   });
   return static_cast<int>(cudaGetLastError());
 }

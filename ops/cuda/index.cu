@@ -356,8 +356,9 @@ int gather(const Operand& out, const Operand& in, int dim, const Operand& index,
         int lanes = 1;
         while (lanes < 32 && lanes < words) lanes *= 2;
         launch_pdl(gather_rows_kernel<W, I>, blocks_for(out.sizes[0] * lanes, threads), threads, 0, st,
-            static_cast<char*>(out.data), static_cast<const char*>(in.data), in_row_bytes, out.sizes[0], in.sizes[0],
-            static_cast<const I*>(index.data), index.strides[0], words, lanes, error_flag, error_code);
+                   static_cast<char*>(out.data), static_cast<const char*>(in.data), in_row_bytes, out.sizes[0],
+                   in.sizes[0], static_cast<const I*>(index.data), index.strides[0], words, lanes, error_flag,
+                   error_code);
       };
       if (aligned16) copy(static_cast<uint4*>(nullptr));
       else if (item == 8) copy(static_cast<std::uint64_t*>(nullptr));
@@ -370,10 +371,21 @@ int gather(const Operand& out, const Operand& in, int dim, const Operand& index,
   with_index_type(index.dtype, [&](auto i) {
     using I = decltype(i);
     switch (item) {
-      case 1: launch_pdl(gather_kernel<std::uint8_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
-      case 2: launch_pdl(gather_kernel<std::uint16_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
-      case 4: launch_pdl(gather_kernel<std::uint32_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
-      default: launch_pdl(gather_kernel<std::uint64_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code); break;
+      case 1:
+        launch_pdl(gather_kernel<std::uint8_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag, error_code);
+        break;
+      case 2:
+        launch_pdl(gather_kernel<std::uint16_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag,
+                   error_code);
+        break;
+      case 4:
+        launch_pdl(gather_kernel<std::uint32_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag,
+                   error_code);
+        break;
+      default:
+        launch_pdl(gather_kernel<std::uint64_t, I>, blocks, threads, 0, st, out, in, dim, index, error_flag,
+                   error_code);
+        break;
     }
   });
   return static_cast<int>(cudaGetLastError());
@@ -408,7 +420,8 @@ int scatter_reduce(ScatterOp op, const Operand& out, int dim, const Operand& ind
     dispatch(out.dtype, [&]<class T>(T*) {
       with_index_type(index.dtype, [&](auto i) {
         using I = decltype(i);
-        launch_pdl(scatter_reduce_kernel<OP, T, I>, blocks, threads, 0, st, out, dim, index, src, error_flag, error_code);
+        launch_pdl(scatter_reduce_kernel<OP, T, I>, blocks, threads, 0, st, out, dim, index, src, error_flag,
+                   error_code);
       });
     });
   });

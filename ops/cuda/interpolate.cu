@@ -75,8 +75,8 @@ int upsample(const Operand& out, const Operand& in, const backend::Upsample& g, 
   dispatch(out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       using C = compute_t<T>;
-      launch_pdl(upsample_kernel<T, C>, blocks_for(n, threads), threads, 0, s,
-          static_cast<T*>(out.data), static_cast<const T*>(in.data), n, axes_of<C>(in, out, g));
+      launch_pdl(upsample_kernel<T, C>, blocks_for(n, threads), threads, 0, s, static_cast<T*>(out.data),
+                 static_cast<const T*>(in.data), n, axes_of<C>(in, out, g));
     }
   });
   return static_cast<int>(cudaGetLastError());
@@ -86,8 +86,8 @@ int upsample_backward(const Operand& grad_in, const Operand& grad_out, const bac
   const std::int64_t n = grad_out.numel;
   auto s = static_cast<cudaStream_t>(stream);
   auto launch = [&]<class T>(T*) {
-    launch_pdl(upsample_backward_kernel<T>, blocks_for(n, threads), threads, 0, s,
-        static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), n, axes_of<T>(grad_in, grad_out, g));
+    launch_pdl(upsample_backward_kernel<T>, blocks_for(n, threads), threads, 0, s, static_cast<T*>(grad_in.data),
+               static_cast<const T*>(grad_out.data), n, axes_of<T>(grad_in, grad_out, g));
   };
   if (grad_in.dtype == DType::f64) launch(static_cast<double*>(nullptr));
   else launch(static_cast<float*>(nullptr));

@@ -346,7 +346,8 @@ int layer_norm_backward_typed(T* dx, racc_t<T>* dw, racc_t<T>* db, const T* dy, 
     with_pow2_upto32(lanes_n(cols), [&](auto n) {
       constexpr int N = decltype(n)::value;
       if constexpr (N <= lnb_max_n<A>)
-        launch_pdl(layer_norm_backward_warp<T, N>, grid, lnb_warps * 32, smem, st, dx, partial, dy, x, mean, rstd, w, rows, c);
+        launch_pdl(layer_norm_backward_warp<T, N>, grid, lnb_warps * 32, smem, st, dx, partial, dy, x, mean, rstd, w,
+                   rows, c);
     });
   } else {
     if (dx) {
@@ -357,7 +358,7 @@ int layer_norm_backward_typed(T* dx, racc_t<T>* dw, racc_t<T>* db, const T* dy, 
       const dim3 grid(static_cast<unsigned>((cols + lnb_block_threads - 1) / lnb_block_threads),
                       static_cast<unsigned>(p.parts));
       launch_pdl(layer_norm_backward_columns<T>, grid, lnb_block_threads, 0, st, partial, dy, x, mean, rstd, rows, cols,
-                                                                         p.chunk);
+                 p.chunk);
     }
   }
   if (sums) {
@@ -432,14 +433,14 @@ int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual
           if constexpr (sizeof(A) == 4 || G <= 4) {
             launched = true;
             auto launch = [&](auto vec) {
-              launch_pdl(dropout_add_layer_norm_backward_warp<T0, TS, G, decltype(vec)::value>, grid, lnb_warps * 32, smem, st,
-                      dx0 ? static_cast<T0*>(dx0->data) : nullptr,
-                      dresidual ? static_cast<TS*>(dresidual->data) : nullptr, partial,
-                      static_cast<const T0*>(grad_out.data),
-                      grad_sum ? static_cast<const TS*>(grad_sum->data) : nullptr, static_cast<const TS*>(sum.data),
-                      static_cast<const A*>(mean.data), static_cast<const A*>(rstd.data),
-                      weight ? static_cast<const A*>(weight->data) : nullptr,
-                      mask ? static_cast<const bool*>(mask->data) : nullptr, rows, static_cast<int>(cols), keep);
+              launch_pdl(dropout_add_layer_norm_backward_warp<T0, TS, G, decltype(vec)::value>, grid, lnb_warps * 32,
+                         smem, st, dx0 ? static_cast<T0*>(dx0->data) : nullptr,
+                         dresidual ? static_cast<TS*>(dresidual->data) : nullptr, partial,
+                         static_cast<const T0*>(grad_out.data),
+                         grad_sum ? static_cast<const TS*>(grad_sum->data) : nullptr, static_cast<const TS*>(sum.data),
+                         static_cast<const A*>(mean.data), static_cast<const A*>(rstd.data),
+                         weight ? static_cast<const A*>(weight->data) : nullptr,
+                         mask ? static_cast<const bool*>(mask->data) : nullptr, rows, static_cast<int>(cols), keep);
             };
             if (vec) launch(std::true_type{});
             else launch(std::false_type{});
@@ -448,7 +449,8 @@ int dropout_add_layer_norm_backward(const Operand* dx0, const Operand* dresidual
         if (!launched) return;  // status stays cudaErrorInvalidValue
         if (sums) {
           const auto g2 = static_cast<unsigned>((cols + sum_cols - 1) / sum_cols);
-          launch_pdl(layer_norm_backward_sum_parts<A>, g2, sum_cols * sum_slices, 0, st, dw, db, partial, parts.parts, cols);
+          launch_pdl(layer_norm_backward_sum_parts<A>, g2, sum_cols * sum_slices, 0, st, dw, db, partial, parts.parts,
+                     cols);
         }
         status = static_cast<int>(cudaGetLastError());
       };

@@ -135,7 +135,8 @@ template <class T, NormKind K> int norm_typed(float* out, const MultiTensor& m, 
   using A = racc_t<T>;
   A* partial = static_cast<A*>(workspace);  // the chunks of one group at a time (stream order)
   return for_each_group(m, [&](const Chunks& list, std::size_t first, std::int64_t chunks) {
-    launch_pdl(mt_norm_chunks<T, K>, static_cast<unsigned>(chunks), mt_threads, 0, st, list, partial, static_cast<A>(p));
+    launch_pdl(mt_norm_chunks<T, K>, static_cast<unsigned>(chunks), mt_threads, 0, st, list, partial,
+               static_cast<A>(p));
     launch_pdl(mt_norm_combine<A, K>, 1, mt_max_tensors, 0, st, list, partial, out + first);
     return static_cast<int>(cudaGetLastError());
   });

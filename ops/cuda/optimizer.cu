@@ -148,16 +148,21 @@ template <class T> int launch_all(const OptimizerStep& h, cudaStream_t stream) {
     if (chunks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
     const dim3 grid(static_cast<unsigned>(chunks));
     auto* dc = static_cast<const Coeffs<A>*>(h.device_coeffs);
-    if (h.kind == OptimizerKind::sgd) launch_pdl(multi_tensor_step<T, false>, grid, optimizer_threads, 0, stream, list, c, dc);
-    else launch_pdl(multi_tensor_step<T, true>, grid, optimizer_threads, 0, stream, list, c, dc);
+    if (h.kind == OptimizerKind::sgd)
+      launch_pdl(multi_tensor_step<T, false>, grid, optimizer_threads, 0, stream, list, c, dc);
+    else
+      launch_pdl(multi_tensor_step<T, true>, grid, optimizer_threads, 0, stream, list, c, dc);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return static_cast<int>(e);
   }
   return static_cast<int>(cudaSuccess);
 }
 
-template <class A> __global__ void store_coeffs(Coeffs<A> c, Coeffs<A>* dst) {
-  pdl_begin(); *dst = c; }
+template <class A>
+__global__ void store_coeffs(Coeffs<A> c, Coeffs<A>* dst) {
+  pdl_begin();
+  *dst = c;
+}
 
 }  // namespace
 

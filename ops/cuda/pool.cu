@@ -91,8 +91,8 @@ int max_pool2d(const Operand& out, const Operand& indices, const Operand& in, co
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>)
-      launch_pdl(max_pool_kernel<T>, blocks_for(out.numel), 256, 0, s,
-          static_cast<T*>(out.data), static_cast<std::int64_t*>(indices.data), in, g, adaptive, out.numel);
+      launch_pdl(max_pool_kernel<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data),
+                 static_cast<std::int64_t*>(indices.data), in, g, adaptive, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
 }
@@ -102,9 +102,8 @@ int max_pool2d_backward(const Operand& grad_in, const Operand& grad_out, const O
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(grad_in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>)
-      launch_pdl(max_pool_backward_kernel<T>, blocks_for(grad_in.numel), 256, 0, s,
-          static_cast<T*>(grad_in.data), grad_out, static_cast<const std::int64_t*>(indices.data), g, adaptive,
-          grad_in.numel);
+      launch_pdl(max_pool_backward_kernel<T>, blocks_for(grad_in.numel), 256, 0, s, static_cast<T*>(grad_in.data),
+                 grad_out, static_cast<const std::int64_t*>(indices.data), g, adaptive, grad_in.numel);
   });
   return static_cast<int>(cudaGetLastError());
 }

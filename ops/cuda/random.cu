@@ -149,8 +149,8 @@ int random_capturable(const Operand& out, const std::uint64_t* seed_offset, std:
                       std::int64_t low, std::int64_t high, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(out.dtype, [&]<class T>(T*) {
-    launch_pdl(transform_capturable<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data), seed_offset, extra, dist,
-                                                                   low, high, out.numel);
+    launch_pdl(transform_capturable<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data), seed_offset, extra,
+               dist, low, high, out.numel);
   });
   return static_cast<int>(cudaGetLastError());
 }
@@ -161,9 +161,9 @@ int dropout(const Operand& out, const Operand& mask, const Operand& in, const At
   dispatch(in.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       const std::int64_t groups = (in.numel + 3) / 4;
-      launch_pdl(dropout_kernel<T>, blocks_for(groups), 256, 0, s, static_cast<T*>(out.data), static_cast<bool*>(mask.data),
-                                                           static_cast<const T*>(in.data), in.numel, d,
-                                                           narrow_to<T>(1.0 / (1.0 - d.p)));
+      launch_pdl(dropout_kernel<T>, blocks_for(groups), 256, 0, s, static_cast<T*>(out.data),
+                 static_cast<bool*>(mask.data), static_cast<const T*>(in.data), in.numel, d,
+                 narrow_to<T>(1.0 / (1.0 - d.p)));
       status = static_cast<int>(cudaGetLastError());
     }
   });
@@ -176,9 +176,9 @@ int dropout_backward(const Operand& grad_in, const Operand& grad_out, const Oper
   dispatch(grad_out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>) {
       const std::int64_t groups = (grad_out.numel + 3) / 4;
-      launch_pdl(dropout_backward_kernel<T>, blocks_for(groups), 256, 0, s,
-          static_cast<T*>(grad_in.data), static_cast<const T*>(grad_out.data), static_cast<const bool*>(mask.data),
-          grad_out.numel, narrow_to<T>(1.0 / (1.0 - p)));
+      launch_pdl(dropout_backward_kernel<T>, blocks_for(groups), 256, 0, s, static_cast<T*>(grad_in.data),
+                 static_cast<const T*>(grad_out.data), static_cast<const bool*>(mask.data), grad_out.numel,
+                 narrow_to<T>(1.0 / (1.0 - p)));
       status = static_cast<int>(cudaGetLastError());
     }
   });
@@ -194,7 +194,8 @@ int random_transform(const Operand& out, const std::uint32_t* words, Distributio
                      std::int64_t high, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(out.dtype, [&]<class T>(T*) {
-    launch_pdl(transform<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data), words, dist, low, high, out.numel);
+    launch_pdl(transform<T>, blocks_for(out.numel), 256, 0, s, static_cast<T*>(out.data), words, dist, low, high,
+               out.numel);
   });
   return static_cast<int>(cudaGetLastError());
 }

@@ -572,8 +572,8 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
     const unsigned grid = grid_for((rows + rows_per_block - 1) / rows_per_block);
     const int c = static_cast<int>(cols);
     with_pow2_upto32(warp_elems(cols), [&](auto n) {
-      launch_pdl(layer_norm_warp<T, decltype(n)::value>, grid, warp_kernel_threads, 0, st, out, mean, rstd, in, w, b, rows, c,
-                                                                                    eps);
+      launch_pdl(layer_norm_warp<T, decltype(n)::value>, grid, warp_kernel_threads, 0, st, out, mean, rstd, in, w, b,
+                 rows, c, eps);
     });
     return static_cast<int>(cudaGetLastError());
   }
@@ -582,8 +582,8 @@ int layer_norm_typed(T* out, racc_t<T>* mean, racc_t<T>* rstd, const T* in, cons
   const bool aligned = aligned16(out) && aligned16(in) && (!w || aligned16(w)) && (!b || aligned16(b));
   if (cols % vec_width<T> == 0 && aligned && shape.vpt > 0) {
     with_vpt<T>(shape.vpt, [&](auto vpt) {
-      launch_pdl(layer_norm_block_vec<T, decltype(vpt)::value>, grid, shape.threads, 0, st, out, mean, rstd, in, w, b, rows,
-                                                                                     cols, eps);
+      launch_pdl(layer_norm_block_vec<T, decltype(vpt)::value>, grid, shape.threads, 0, st, out, mean, rstd, in, w, b,
+                 rows, cols, eps);
     });
     return static_cast<int>(cudaGetLastError());
   }
@@ -612,11 +612,11 @@ int dropout_add_layer_norm_typed(T0* out, TS* sum, bool* mask, racc_t<TS>* mean,
     {
       launched = true;
       if (vec)
-        launch_pdl(dropout_add_layer_norm_warp<T0, TS, G, true>, grid, warp_kernel_threads, 0, st,
-            out, sum, mask, mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
+        launch_pdl(dropout_add_layer_norm_warp<T0, TS, G, true>, grid, warp_kernel_threads, 0, st, out, sum, mask, mean,
+                   rstd, x0, res, w, b, rows, c, eps_a, d, keep);
       else
-        launch_pdl(dropout_add_layer_norm_warp<T0, TS, G, false>, grid, warp_kernel_threads, 0, st,
-            out, sum, mask, mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
+        launch_pdl(dropout_add_layer_norm_warp<T0, TS, G, false>, grid, warp_kernel_threads, 0, st, out, sum, mask,
+                   mean, rstd, x0, res, w, b, rows, c, eps_a, d, keep);
     }
   });
   if (!launched) return static_cast<int>(cudaErrorInvalidValue);

@@ -36,8 +36,7 @@ int poisson(const Operand& out, const Operand& rates, std::uint64_t seed, std::u
   dispatch(out.dtype, [&]<class T>(T*) {
     if constexpr (is_floating<T>)
       launch_pdl(poisson_kernel<T>, blocks_for(n, 128), 128, 0, s, static_cast<T*>(out.data),
-                                                           static_cast<const T*>(rates.data), n, seed, offset,
-                                                           error_flag, error_code);
+                 static_cast<const T*>(rates.data), n, seed, offset, error_flag, error_code);
   });
   return static_cast<int>(cudaGetLastError());
 }

@@ -272,7 +272,8 @@ int scan(ScanOp op, const Operand& out, const Operand& in, const Operand* indice
                                                 MaxIndex{}, total, ::cuda::std::equal_to<>{}, s);
       if (err != cudaSuccess) return;
     }
-    if constexpr (Plan::widened) launch_pdl(narrow_kernel<T, A>, blocks_for(total), 256, 0, s, static_cast<T*>(out.data), buffer, total);
+    if constexpr (Plan::widened)
+      launch_pdl(narrow_kernel<T, A>, blocks_for(total), 256, 0, s, static_cast<T*>(out.data), buffer, total);
     err = cudaGetLastError();
   });
   (void)bytes;
@@ -364,7 +365,8 @@ int sort(const Operand& values, const Operand& indices, const Operand& in, bool 
                                                       plan.rows(), starts, starts + 1, s);
     }
     if (err != cudaSuccess) return;
-    launch_pdl(gather_sorted<T>, blocks_for(plan.total), 256, 0, s, static_cast<T*>(values.data), out_idx, x, plan.total, plan.n);
+    launch_pdl(gather_sorted<T>, blocks_for(plan.total), 256, 0, s, static_cast<T*>(values.data), out_idx, x,
+               plan.total, plan.n);
     err = cudaGetLastError();
   });
   (void)bytes;
@@ -402,9 +404,7 @@ int searchsorted(const Operand& out, const Operand& sorted, const Operand& value
   if (vrows * m == 0) return 0;
   dispatch(sorted.dtype, [&]<class T>(T*) {
     launch_pdl(searchsorted_kernel<T>, blocks_for(vrows * m), 256, 0, s, static_cast<std::int64_t*>(out.data),
-                                                                 static_cast<const T*>(sorted.data),
-                                                                 static_cast<const T*>(values.data), vrows, m, n,
-                                                                 srows == 1, right);
+               static_cast<const T*>(sorted.data), static_cast<const T*>(values.data), vrows, m, n, srows == 1, right);
   });
   return static_cast<int>(cudaGetLastError());
 }

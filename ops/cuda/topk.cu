@@ -494,14 +494,13 @@ int topk(const Operand& values, const Operand& indices, const Operand& in, std::
           err = static_cast<cudaError_t>(e);
           return;
         }
-        launch_pdl(take_columns_kernel<T>, blocks_for(p.rows * k), 256, 0, s,
-            out_v, out_i, static_cast<const T*>(sorted.data), static_cast<const std::int64_t*>(order.data), p.rows, p.n,
-            k);
+        launch_pdl(take_columns_kernel<T>, blocks_for(p.rows * k), 256, 0, s, out_v, out_i,
+                   static_cast<const T*>(sorted.data), static_cast<const std::int64_t*>(order.data), p.rows, p.n, k);
         break;
       }
       case TopkPath::rows:
-        launch_pdl(topk_rows_kernel<T>, static_cast<unsigned>(p.rows), threads, rows_smem_bytes<T>(p.n, k), s, out_v, out_i, x,
-                                                                                                      p.n, k, largest);
+        launch_pdl(topk_rows_kernel<T>, static_cast<unsigned>(p.rows), threads, rows_smem_bytes<T>(p.n, k), s, out_v,
+                   out_i, x, p.n, k, largest);
         break;
       case TopkPath::passes: {
         const PassesLayout<T> l{p.rows, p.n, p.k, p.parts, p.chunk};
@@ -509,16 +508,18 @@ int topk(const Operand& values, const Operand& indices, const Operand& in, std::
         const auto grid = static_cast<unsigned>(p.rows * p.parts);
         launch_pdl(select_init_kernel<U>, blocks_for(p.rows * buckets), 256, 0, s, w.state, w.hist, w.taken, p.rows, k);
         for (int shift = static_cast<int>(sizeof(U)) * 8 - digit_bits; shift >= 0; shift -= digit_bits) {
-          launch_pdl(select_hist_kernel<T>, grid, threads, 0, s, w.state, w.hist, x, p.n, p.parts, p.chunk, shift, largest);
+          launch_pdl(select_hist_kernel<T>, grid, threads, 0, s, w.state, w.hist, x, p.n, p.parts, p.chunk, shift,
+                     largest);
           launch_pdl(select_choose_kernel<U>, static_cast<unsigned>(p.rows), threads, 0, s, w.state, w.hist, shift);
         }
         launch_pdl(tie_count_kernel<T>, grid, threads, 0, s, w.state, w.tie_base, x, p.n, p.parts, p.chunk, largest);
         launch_pdl(tie_scan_kernel<U>, static_cast<unsigned>(p.rows), threads, 0, s, w.state, w.tie_base, p.parts);
-        launch_pdl(gather_winners_kernel<T>, grid, threads, 0, s, w.state, w.tie_base, w.taken, w.win_key, w.win_pos, x, p.n, k,
-                                                          p.parts, p.chunk, largest);
+        launch_pdl(gather_winners_kernel<T>, grid, threads, 0, s, w.state, w.tie_base, w.taken, w.win_key, w.win_pos, x,
+                   p.n, k, p.parts, p.chunk, largest);
         const std::int64_t k_parts = ceil_div(k, threads);
-        launch_pdl(place_kernel<T>, static_cast<unsigned>(p.rows * k_parts), threads, smem_size((sizeof(std::int64_t) + sizeof(U)) * k), s,
-            out_v, out_i, w.win_key, w.win_pos, x, p.n, k, k_parts);
+        launch_pdl(place_kernel<T>, static_cast<unsigned>(p.rows * k_parts), threads,
+                   smem_size((sizeof(std::int64_t) + sizeof(U)) * k), s, out_v, out_i, w.win_key, w.win_pos, x, p.n, k,
+                   k_parts);
         break;
       }
     }
