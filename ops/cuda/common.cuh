@@ -6,7 +6,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -74,25 +73,21 @@ __device__ __forceinline__ void pdl_begin() {
 #endif
 }
 
-// Whether launches on the current device carry the attribute: on devices of compute
-// capability 9.0 and up, unless BRRR_PDL=0 is in the environment. Cached per device.
+// Whether launches carry the attribute: when every device has compute capability 9.0 or up,
+// unless BRRR_PDL=0 is in the environment. Decided once, so a launch pays no query.
 inline bool pdl_enabled() {
-  static const bool off = [] {
+  static const bool on = [] {
     const char* v = std::getenv("BRRR_PDL");
-    return v != nullptr && v[0] == '0' && v[1] == '\0';
+    if (v != nullptr && v[0] == '0' && v[1] == '\0') return false;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return false;
+    for (int d = 0; d < count; ++d) {
+      int major = 0;
+      if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess || major < 9) return false;
+    }
+    return true;
   }();
-  if (off) return false;
-  constexpr int kDevices = 64;
-  static std::atomic<signed char> capable[kDevices] = {};  // 0 unknown, 1 yes, -1 no
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) return false;
-  signed char c = capable[device].load(std::memory_order_relaxed);
-  if (c == 0) {
-    int major = 0;
-    c = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 ? 1 : -1;
-    capable[device].store(c, std::memory_order_relaxed);
-  }
-  return c > 0;
+  return on;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-dependent-launch
