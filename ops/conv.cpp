@@ -114,7 +114,10 @@ Tensor unfold(const Tensor& x, std::array<std::int64_t, 2> kernel_size, std::arr
     throw Error(ErrorKind::shape, "unfold: input " + describe(x) + " is smaller than the dilated kernel " +
                                       pair_text(kernel_size) + " with padding " + pair_text(padding));
   check_sweep_fits("unfold", {x4.size(0), x4.size(1), kernel_size[0], kernel_size[1], oh, ow},
-                   "input " + describe(x) + ", kernel_size " + pair_text(kernel_size) + " and padding " + pair_text(padding));
+                   [&] {
+                     return "input " + describe(x) + ", kernel_size " + pair_text(kernel_size) + " and padding " +
+                            pair_text(padding);
+                   });
   Tensor out = unfold_with_pad(x4, window(x4.shape(), kernel_size, dilation, padding, stride, oh, ow), 0.0);
   return unbatched ? out.squeeze(0) : out;
 }
@@ -131,8 +134,8 @@ Tensor fold(const Tensor& cols, std::array<std::int64_t, 2> output_size, std::ar
   std::int64_t oh = conv_out_size(output_size[0], kernel_size[0], stride[0], padding[0], dilation[0]);
   std::int64_t ow = conv_out_size(output_size[1], kernel_size[1], stride[1], padding[1], dilation[1]);
   check_sweep_fits("fold", {c.size(0), kernel_size[0], kernel_size[1], oh, ow, output_size[0], output_size[1]},
-                   "output_size " + pair_text(output_size) + ", kernel_size " + pair_text(kernel_size) + " and padding " +
-                       pair_text(padding));
+                   [&] { return "output_size " + pair_text(output_size) + ", kernel_size " + pair_text(kernel_size) +
+                                " and padding " + pair_text(padding); });
   std::int64_t kk = kernel_size[0] * kernel_size[1];
   if (c.size(1) % kk != 0 || c.size(2) != oh * ow || oh <= 0 || ow <= 0)
     throw Error(ErrorKind::shape, "fold: input " + describe(cols) + " does not match output_size " +
@@ -264,8 +267,8 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Con
     throw Error(ErrorKind::shape, "conv2d: input " + describe(input) + " is smaller than the dilated kernel " +
                                       pair_text(k) + " with padding " + pair_text({pads[0][0], pads[1][0]}));
   check_sweep_fits("conv2d", {x.size(0), C, k[0], k[1], oh, ow},
-                   "input " + describe(input) + ", kernel " + pair_text(k) + ", padding " +
-                       pair_text({pads[0][0], pads[1][0]}) + " and stride " + pair_text(o.stride));
+                   [&] { return "input " + describe(input) + ", kernel " + pair_text(k) + ", padding " +
+                                pair_text({pads[0][0], pads[1][0]}) + " and stride " + pair_text(o.stride); });
   const backend::Window2d win{x.size(0), C,         x.size(2),  x.size(3),     k[0],          k[1], o.stride[0],
                               o.stride[1], pads[0][0], pads[1][0], o.dilation[0], o.dilation[1], oh,   ow};
   Tensor out = x.device().is_cpu() ? conv2d_cpu(x, weight, bias, win, groups) : conv2d_composite(x, weight, bias, win, groups);

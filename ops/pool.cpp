@@ -96,7 +96,7 @@ Pool prepare(const char* op, const Tensor& x, const Window& w, int spatial) {
                                       dims_text(k, spatial) + " with padding " + dims_text(p, spatial) +
                                       " and dilation " + dims_text(d, spatial));
   check_sweep_fits(op, {x4.size(0), x4.size(1), oh, ow, k[0], k[1]},
-                   "input " + describe(x) + " and kernel_size " + dims_text(k, spatial));
+                   [&] { return "input " + describe(x) + " and kernel_size " + dims_text(k, spatial); });
   return {x4, result_shape(x, spatial, oh, ow), window(x4.shape(), k, d, p, s, oh, ow)};
 }
 
@@ -316,7 +316,8 @@ Tensor max_unpool2d(const Tensor& x, const Tensor& indices, MaxUnpool2dOptions o
   Shape batch(x.shape().begin(), x.shape().end() - 2);
   std::int64_t planes = 1;
   for (std::int64_t b : batch) planes *= b;
-  check_sweep_fits(op, {planes, size[0], size[1]}, "output size " + dims_text(size, 2) + " of input " + describe(x));
+  check_sweep_fits(op, {planes, size[0], size[1]},
+                   [&] { return "output size " + dims_text(size, 2) + " of input " + describe(x); });
   Tensor x2 = x.reshape({planes, H * W});
   Tensor i2;
   Tensor out;
